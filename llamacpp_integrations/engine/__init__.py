@@ -1,0 +1,40 @@
+"""The shared local engine: one worker thread, continuous batching over llama.cpp sequences."""
+
+from __future__ import annotations
+
+from .channel import RequestHandle
+from .config import EngineConfig
+from .engine import Engine, EngineStats, ModelInfo
+from .registry import live_engines, shared_engine
+from .types import (
+    ChatMessage,
+    ChatRequest,
+    Completion,
+    CompletionRequest,
+    FinishReason,
+    GenerationRequest,
+    SamplingParams,
+    StreamChunk,
+    Timings,
+    Usage,
+)
+
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "Completion",
+    "CompletionRequest",
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "FinishReason",
+    "GenerationRequest",
+    "ModelInfo",
+    "RequestHandle",
+    "SamplingParams",
+    "StreamChunk",
+    "Timings",
+    "Usage",
+    "live_engines",
+    "shared_engine",
+]

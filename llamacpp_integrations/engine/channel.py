@@ -1,0 +1,161 @@
+"""Per-request event channels and the handle a caller holds.
+
+The worker puts events (``StreamChunk``, embedding results, or an exception) into a channel; the
+caller reads them from a thread (blocking queue) or from asyncio (an ``asyncio.Queue`` fed with
+``loop.call_soon_threadsafe``, so the event loop is never blocked). Nothing else is shared between
+the two sides. Dropping a handle before its request ends cancels the request, like a closed
+connection would on a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+from collections.abc import AsyncIterator, Callable, Iterator
+
+from ..errors import EngineClosedError, RequestCancelledError
+from .types import Completion, StreamChunk
+
+__all__ = ["EventChannel", "RequestHandle"]
+
+_POLL_S = 0.5
+
+
+class EventChannel:
+    """One-way, thread-safe delivery of a request's events from the worker to its caller."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._sync: queue.SimpleQueue[object] | None = None
+        self._async: asyncio.Queue[object] | None = None
+        if loop is None:
+            self._sync = queue.SimpleQueue()
+        else:
+            self._async = asyncio.Queue()
+
+    def put(self, event: object) -> bool:
+        """Deliver an event (worker side). False when the receiving event loop is gone."""
+        if self._sync is not None:
+            self._sync.put(event)
+            return True
+        assert self._loop is not None and self._async is not None
+        try:
+            self._loop.call_soon_threadsafe(self._async.put_nowait, event)
+        except RuntimeError:  # the loop was closed: nobody will ever read this
+            return False
+        return True
+
+    def get(self, alive: Callable[[], bool]) -> object:
+        """Wait for the next event (thread side); ``alive`` guards against a dead worker."""
+        assert self._sync is not None, "this channel belongs to an event loop"
+        while True:
+            try:
+                return self._sync.get(timeout=_POLL_S)
+            except queue.Empty:
+                if not alive():
+                    return EngineClosedError("the engine stopped before the request finished")
+
+    async def aget(self, alive: Callable[[], bool]) -> object:
+        """Wait for the next event without blocking the event loop."""
+        assert self._async is not None, "this channel was made for a thread, not an event loop"
+        while True:
+            try:
+                return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)
+            except TimeoutError:
+                if not alive():
+                    return EngineClosedError("the engine stopped before the request finished")
+
+
+class RequestHandle:
+    """A submitted generation request: iterate it (sync or async) for chunks, or cancel it.
+
+    Iteration yields ``StreamChunk`` objects; the last one carries ``finish_reason`` and
+    ``usage``. A request that fails raises its typed error from the iteration. A cancelled
+    request ends with a chunk whose ``finish_reason`` is ``"cancelled"``.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        channel: EventChannel,
+        cancel: Callable[[str], None],
+        alive: Callable[[], bool],
+    ) -> None:
+        self.request_id = request_id
+        self._channel = channel
+        self._cancel = cancel
+        self._alive = alive
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this request at its next step and free its sequence."""
+        if not self._done:
+            self._cancel(self.request_id)
+
+    def _accept(self, event: object) -> StreamChunk:
+        if isinstance(event, BaseException):
+            self._done = True
+            raise event
+        assert isinstance(event, StreamChunk)
+        if event.finish_reason is not None:
+            self._done = True
+        return event
+
+    def __iter__(self) -> Iterator[StreamChunk]:
+        try:
+            while not self._done:
+                yield self._accept(self._channel.get(self._alive))
+        finally:
+            self.cancel()  # a no-op when finished; otherwise the consumer walked away
+
+    async def __aiter__(self) -> AsyncIterator[StreamChunk]:
+        try:
+            while not self._done:
+                yield self._accept(await self._channel.aget(self._alive))
+        finally:
+            self.cancel()
+
+    def result(self) -> Completion:
+        """Wait for the whole answer. Raises ``RequestCancelledError`` if it was cancelled."""
+        return _collect(self.request_id, iter(self))
+
+    async def aresult(self) -> Completion:
+        """Async ``result``."""
+        chunks = [chunk async for chunk in self]
+        return _collect(self.request_id, iter(chunks))
+
+    def __del__(self) -> None:
+        if not self._done:
+            # At interpreter shutdown the inbox may be gone: nothing is left to free then.
+            with contextlib.suppress(Exception):
+                self._cancel(self.request_id)
+
+
+def _collect(request_id: str, chunks: Iterator[StreamChunk]) -> Completion:
+    texts: list[str] = []
+    tokens: list[int] = []
+    final: StreamChunk | None = None
+    for chunk in chunks:
+        texts.append(chunk.text)
+        tokens.extend(chunk.token_ids)
+        final = chunk
+    assert final is not None and final.finish_reason is not None
+    text = "".join(texts)
+    if final.finish_reason == "cancelled":
+        raise RequestCancelledError(
+            "the request was cancelled", request_id=request_id, partial_text=text
+        )
+    assert final.usage is not None and final.timings is not None
+    return Completion(
+        request_id=request_id,
+        text=text,
+        token_ids=tuple(tokens),
+        finish_reason=final.finish_reason,
+        usage=final.usage,
+        timings=final.timings,
+    )

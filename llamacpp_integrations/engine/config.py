@@ -1,0 +1,82 @@
+"""Engine configuration: everything that decides which engine (and weights) serves a call.
+
+``EngineConfig`` is frozen and hashable: the registry uses it as the key that makes a chat model
+and an embedder over the same GGUF share one engine and one copy of the weights.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ..errors import InvalidRequestError
+
+Pooling = Literal["mean", "cls", "last", "model"]
+
+__all__ = ["EngineConfig", "Pooling"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """How to load a model and how to serve it.
+
+    Attributes:
+        model: A local ``.gguf`` path, a known short name (``smollm2-135m``, ``gemma3-270m``),
+            ``hf://owner/repo/file.gguf`` (needs the ``hub`` extra), or ``None`` for the
+            ``LLAMACPP_MODEL`` environment variable.
+        n_seq_max: How many sequences are decoded together; more requests wait in the queue.
+        n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``0`` takes the model's
+            training context, capped at 4096.
+        n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
+        n_threads: CPU threads for decoding; ``None`` uses every core.
+        n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all).
+        use_mmap: Map the weights instead of reading them into memory.
+        weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
+            types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
+            AMX kernels crash on some virtual machines, and on everywhere else.
+        max_queued: Requests allowed to wait for a free sequence before ``submit`` reports overload.
+        chat_template: A Jinja chat template that replaces the one stored in the GGUF.
+        embedding_pooling: How token vectors become one text vector (``model`` keeps the GGUF's
+            own pooling, falling back to ``mean`` when the model declares none).
+        embedding_n_ctx: Token budget of one embedding batch; also the longest text embedded.
+        embedding_n_seq_max: Most texts embedded in one decode.
+        verbose: Let llama.cpp's own log lines through at INFO level instead of DEBUG.
+    """
+
+    model: str | None = None
+    n_seq_max: int = 8
+    n_ctx_per_seq: int = 2048
+    n_batch: int = 512
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+    weight_repacking: bool | None = None
+    max_queued: int = 256
+    chat_template: str | None = None
+    embedding_pooling: Pooling = "model"
+    embedding_n_ctx: int = 2048
+    embedding_n_seq_max: int = 16
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        checks = {
+            "n_seq_max": self.n_seq_max >= 1,
+            "n_ctx_per_seq": self.n_ctx_per_seq >= 0,
+            "n_batch": self.n_batch >= 8,
+            "max_queued": self.max_queued >= 0,
+            "embedding_n_ctx": self.embedding_n_ctx >= 8,
+            "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
+            "n_threads": self.n_threads is None or self.n_threads >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise InvalidRequestError(f"invalid EngineConfig values: {', '.join(bad)}")
+
+    @property
+    def threads(self) -> int:
+        return self.n_threads or os.cpu_count() or 1
+
+    def with_model_path(self, path: str) -> EngineConfig:
+        """The same settings with ``model`` replaced by a resolved absolute path."""
+        return replace(self, model=path)

@@ -1,0 +1,366 @@
+"""The worker: the one thread that touches llama.cpp state.
+
+Its loop reads as: take new work from the inbox, admit it to free slots, let the scheduler plan a
+step, decode it in one ``llama_decode``, sample every sequence that produced logits, and turn tokens
+into events through each request's output processor. Every way a request ends (stop, length,
+cancel, timeout, error, engine closing) goes through ``_finish``, which frees its sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import (
+    EngineClosedError,
+    EngineError,
+    LlamaCppIntegrationError,
+    RequestCancelledError,
+    RequestTimeoutError,
+)
+from .config import EngineConfig
+from .embedder import EmbeddingContext
+from .inbox import Inbox
+from .output import OutputProcessor
+from .requests import EmbedJob, PreparedRequest
+from .runner import DecodeStatus, GenerationContext, LoadedModel
+from .sampler import SamplerChain
+from .scheduler import Scheduler, SeqState, StepPlan
+from .types import FinishReason, StreamChunk, Timings, Usage
+
+__all__ = ["EngineCore"]
+
+log = logging.getLogger("llamacpp_integrations.engine")
+
+
+@dataclass
+class ActiveRequest:
+    """Worker-owned state of one running generation request."""
+
+    prepared: PreparedRequest
+    seq: SeqState
+    sampler: SamplerChain
+    output: OutputProcessor
+    admitted_at: float
+    first_token_at: float | None = None
+    generated: list[int] = field(default_factory=list)
+    unsent_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class EmbedProgress:
+    job: EmbedJob
+    vectors: list[list[float]] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.job.token_lists) - len(self.vectors)
+
+
+class EngineCore:
+    """Runs on the worker thread; built there, so the contexts never leave it."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        config: EngineConfig,
+        inbox: Inbox,
+        *,
+        n_ctx_per_seq: int,
+        embedding_pooling: int,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.inbox = inbox
+        self.context = GenerationContext(
+            model,
+            n_ctx_per_seq=n_ctx_per_seq,
+            n_seq_max=config.n_seq_max,
+            n_batch=config.n_batch,
+            n_threads=config.threads,
+        )
+        self.scheduler = Scheduler(config.n_seq_max, config.n_batch)
+        self.active: dict[str, ActiveRequest] = {}
+        self.embeds: deque[EmbedProgress] = deque()
+        self._embedding_pooling = embedding_pooling
+        self._embedder: EmbeddingContext | None = None
+        self.closing = False
+        self.steps = 0
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self.closing:
+                self._take_inbox()
+                if self.scheduler.running:
+                    self._step()
+                if self.embeds:
+                    self._embed_step()
+        finally:
+            self._shutdown()
+
+    def _take_inbox(self) -> None:
+        idle = not self.scheduler.running and not self.embeds
+        batch = self.inbox.take(self.scheduler.n_free, block=idle, now=time.monotonic())
+        now = time.monotonic()
+        if batch.closed:
+            self.closing = True
+            return
+        for call in batch.calls:
+            call(self)
+        for request_id in batch.cancels:
+            self._cancel(request_id)
+        for request in batch.requests:
+            self._admit(request, now)
+        self.embeds.extend(EmbedProgress(job) for job in batch.embeds)
+        self._expire(now)
+
+    # ---- admission ------------------------------------------------------------------------
+
+    def _admit(self, request: PreparedRequest, now: float) -> None:
+        seq = self.scheduler.admit(request.request_id, request.prompt_tokens)
+        if not self._cut_cache(seq):
+            self.context.remove(seq.slot.seq_id, 0)
+            self.scheduler.forget(seq)
+        assert request.sampler is not None
+        self.active[request.request_id] = ActiveRequest(
+            prepared=request,
+            seq=seq,
+            sampler=request.sampler,
+            output=OutputProcessor(request.stop),
+            admitted_at=now,
+        )
+
+    def _cut_cache(self, seq: SeqState) -> bool:
+        """Keep the reusable prefix of the slot's cells and drop the rest; False if impossible."""
+        if seq.n_reused == 0:
+            return False
+        seq_id = seq.slot.seq_id
+        if seq.copy_from is not None:
+            self.context.remove(seq_id, 0)
+            self.context.share_prefix(seq.copy_from.seq_id, seq_id, seq.n_reused)
+        elif not self.context.remove(seq_id, seq.n_reused):
+            return False
+        if self.model.n_swa > 0:
+            # Sliding-window caches prune old cells: reuse needs the window before the cut.
+            pos_min, _ = self.context.pos_range(seq.slot.seq_id)
+            if pos_min > max(0, seq.n_reused - self.model.n_swa):
+                return False
+        return True
+
+    # ---- one step -------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        plan = self.scheduler.plan()
+        if not plan.entries:
+            return
+        try:
+            status = self.context.decode([entry for _, entry in plan.entries])
+            if status == DecodeStatus.NO_KV_SLOT:
+                self._drop_idle_caches()
+                status = self.context.decode([entry for _, entry in plan.entries])
+            if status == DecodeStatus.NO_KV_SLOT:
+                raise EngineError("the KV cache has no room for this step")
+        except EngineError as error:
+            self._fail_plan(plan, error)
+            return
+        self.steps += 1
+        self.scheduler.decoded(plan)
+        now = time.monotonic()
+        for seq, entry in plan.entries:
+            if entry.logits_last:
+                active = self.active[seq.request_id]
+                token = active.sampler.sample(self.context, entry.logits_index)
+                self._on_token(active, token, now)
+
+    def _on_token(self, active: ActiveRequest, token: int, now: float) -> None:
+        request = active.prepared
+        if active.first_token_at is None:
+            active.first_token_at = now
+        if self.model.is_eog(token) and not request.ignore_eos:
+            self._finish(active, "stop")
+            return
+        active.generated.append(token)
+        active.unsent_ids.append(token)
+        text = active.output.feed(self.model.token_to_piece(token, special=request.special))
+        if active.output.stopped:
+            self._finish(active, "stop", text)
+            return
+        if len(active.generated) >= request.max_new_tokens:
+            self._finish(active, "length", text)
+            return
+        if text and not self._send(active, text):
+            self._finish(active, "cancelled")
+            return
+        active.seq.next_token = token
+
+    def _send(self, active: ActiveRequest, text: str) -> bool:
+        chunk = StreamChunk(
+            request_id=active.prepared.request_id, text=text, token_ids=tuple(active.unsent_ids)
+        )
+        active.unsent_ids = []
+        return active.prepared.channel.put(chunk)
+
+    # ---- endings --------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        active: ActiveRequest,
+        reason: FinishReason,
+        text: str = "",
+        error: LlamaCppIntegrationError | None = None,
+    ) -> None:
+        request = active.prepared
+        now = time.monotonic()
+        if error is None:
+            text += active.output.flush()
+            request.channel.put(
+                StreamChunk(
+                    request_id=request.request_id,
+                    text=text,
+                    token_ids=tuple(active.unsent_ids),
+                    finish_reason=reason,
+                    usage=Usage(
+                        prompt_tokens=len(request.prompt_tokens),
+                        completion_tokens=len(active.generated),
+                        cached_prompt_tokens=active.seq.n_reused,
+                    ),
+                    timings=self._timings(active, now),
+                )
+            )
+        else:
+            error.request_id = request.request_id
+            if hasattr(error, "partial_text"):
+                error.partial_text = active.output.text + text
+            request.channel.put(error)
+        keep = reason in ("stop", "length")
+        self.scheduler.release(active.seq, keep_cache=keep)
+        if not keep:
+            self.context.remove(active.seq.slot.seq_id, 0)
+        active.sampler.close()
+        del self.active[request.request_id]
+
+    @staticmethod
+    def _timings(active: ActiveRequest, now: float) -> Timings:
+        submitted = active.prepared.submitted_at
+        first = active.first_token_at
+        return Timings(
+            queued_s=active.admitted_at - submitted,
+            time_to_first_token_s=None if first is None else first - submitted,
+            total_s=now - submitted,
+            prompt_eval_s=(first or now) - active.admitted_at,
+            generation_s=0.0 if first is None else now - first,
+        )
+
+    def _cancel(self, request_id: str) -> None:
+        active = self.active.get(request_id)
+        if active is not None:
+            self._finish(active, "cancelled")
+            return
+        for progress in list(self.embeds):
+            if progress.job.request_id == request_id:
+                self.embeds.remove(progress)
+                progress.job.channel.put(RequestCancelledError("cancelled", request_id=request_id))
+
+    def _expire(self, now: float) -> None:
+        for active in list(self.active.values()):
+            deadline = active.prepared.deadline
+            if deadline is not None and deadline <= now:
+                self._finish(active, "error", error=RequestTimeoutError("the request timed out"))
+        for progress in list(self.embeds):
+            if progress.job.deadline is not None and progress.job.deadline <= now:
+                self.embeds.remove(progress)
+                progress.job.channel.put(
+                    RequestTimeoutError("the request timed out", request_id=progress.job.request_id)
+                )
+
+    def _fail_plan(self, plan: StepPlan, error: EngineError) -> None:
+        log.error("decode failed: %s", error)
+        for seq, _ in plan.entries:
+            active = self.active.get(seq.request_id)
+            if active is not None:
+                self._finish(active, "error", error=EngineError(str(error)))
+
+    def _drop_idle_caches(self) -> None:
+        for slot in self.scheduler.slots:
+            if not slot.busy and slot.cached:
+                self.context.remove(slot.seq_id, 0)
+                slot.cached.clear()
+
+    # ---- embeddings -----------------------------------------------------------------------
+
+    def _embed_step(self) -> None:
+        """Embed one batch: texts from the oldest jobs, as many as fit one decode."""
+        embedder = self._embedder or self._make_embedder()
+        picked: list[tuple[EmbedProgress, int]] = []
+        budget = embedder.n_ctx
+        for progress in self.embeds:
+            start = len(progress.vectors)
+            for index in range(start, len(progress.job.token_lists)):
+                n = len(progress.job.token_lists[index])
+                if len(picked) == embedder.n_seq_max or n > budget:
+                    break
+                picked.append((progress, index))
+                budget -= n
+            else:
+                continue
+            break
+        by_job: dict[int, tuple[EmbedProgress, list[int]]] = {}
+        for progress, index in picked:
+            by_job.setdefault(id(progress), (progress, []))[1].append(index)
+        try:
+            vectors = iter(embedder.embed([p.job.token_lists[i] for p, i in picked]))
+        except EngineError as error:
+            for progress, _ in by_job.values():
+                self.embeds.remove(progress)
+                progress.job.channel.put(
+                    EngineError(str(error), request_id=progress.job.request_id)
+                )
+            return
+        for progress, indexes in by_job.values():
+            for _ in indexes:
+                progress.vectors.append(_as_floats(next(vectors), progress.job.normalize))
+            if progress.remaining == 0:
+                self.embeds.remove(progress)
+                progress.job.channel.put(progress.vectors)
+
+    def _make_embedder(self) -> EmbeddingContext:
+        self._embedder = EmbeddingContext(
+            self.model,
+            pooling=self._embedding_pooling,
+            n_ctx=self.config.embedding_n_ctx,
+            n_seq_max=self.config.embedding_n_seq_max,
+            n_threads=self.config.threads,
+        )
+        return self._embedder
+
+    # ---- shutdown -------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        for active in list(self.active.values()):
+            self._finish(active, "error", error=EngineClosedError("the engine was closed"))
+        for progress in self.embeds:
+            progress.job.channel.put(
+                EngineClosedError("the engine was closed", request_id=progress.job.request_id)
+            )
+        self.embeds.clear()
+        for work in self.inbox.close():
+            work.channel.put(EngineClosedError("the engine was closed", request_id=work.request_id))
+        if self._embedder is not None:
+            self._embedder.close()
+        self.context.close()
+
+
+def _as_floats(vector: np.ndarray, normalize: bool) -> list[float]:
+    """Plain Python floats (numpy scalars trip up LangChain's checks), unit length if asked."""
+    vector = vector.astype(np.float64)
+    if normalize:
+        norm = float(np.linalg.norm(vector))
+        if norm > 0:
+            vector = vector / norm
+    return [float(x) for x in vector.tolist()]

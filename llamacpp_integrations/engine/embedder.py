@@ -1,0 +1,87 @@
+"""The embedding context: a second llama.cpp context over the same loaded weights.
+
+Kept apart from generation because pooled embeddings need their own context settings
+(``embeddings=True``, a pooling type) and clearing it must not disturb running chats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError, ModelLoadError
+from .runner import LoadedModel
+
+__all__ = ["POOLING_TYPES", "EmbeddingContext"]
+
+POOLING_TYPES = {
+    "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+    "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
+    "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+}
+
+
+class EmbeddingContext:
+    """Embeds up to ``n_seq_max`` texts (``n_ctx`` tokens in all) per decode, one vector each."""
+
+    def __init__(
+        self, model: LoadedModel, *, pooling: int, n_ctx: int, n_seq_max: int, n_threads: int
+    ) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        # Pooling needs a whole sequence inside one micro-batch, so both batch sizes are n_ctx.
+        params.n_batch = n_ctx
+        params.n_ubatch = n_ctx
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.embeddings = True
+        params.pooling_type = pooling
+        params.kv_unified = True
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.handle, params)
+        if not ctx:
+            raise ModelLoadError(str(model.path), "llama.cpp could not create an embedding context")
+        self._ctx = ctx
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
+        self.n_ctx = n_ctx
+        self.n_seq_max = n_seq_max
+        self.n_embd = model.n_embd
+
+    def embed(self, token_lists: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
+        """One decode over all texts; each must be non-empty and together fit ``n_ctx``."""
+        assert 0 < len(token_lists) <= self.n_seq_max
+        batch = self._batch
+        n = 0
+        for seq_id, tokens in enumerate(token_lists):
+            for pos, token in enumerate(tokens):
+                batch.token[n] = token
+                batch.pos[n] = pos
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = seq_id
+                batch.logits[n] = True
+                n += 1
+        assert n <= self.n_ctx
+        batch.n_tokens = n
+        if self._memory:
+            llama_cpp.llama_memory_clear(self._memory, True)
+        code = int(llama_cpp.llama_decode(self._ctx, batch))
+        if code != 0:
+            raise EngineError(f"llama_decode (embeddings) failed with code {code}")
+        vectors: list[npt.NDArray[np.float32]] = []
+        for seq_id in range(len(token_lists)):
+            ptr = llama_cpp.llama_get_embeddings_seq(self._ctx, seq_id)
+            if not ptr:
+                raise EngineError("llama.cpp returned no pooled embedding for a sequence")
+            vectors.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
+        return vectors
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None

@@ -1,0 +1,46 @@
+"""Route llama.cpp's own log lines into Python logging (quiet unless the user asks for them)."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+
+import llama_cpp
+
+_logger = logging.getLogger("llamacpp_integrations.llama_cpp")
+
+# ggml_log_level: 0 none, 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line.
+_LEVELS = {
+    0: logging.CRITICAL,
+    1: logging.DEBUG,
+    2: logging.INFO,
+    3: logging.ERROR,
+    4: logging.DEBUG,
+}
+
+
+class _LogRouter:
+    """One callback for the process (llama.cpp's log hook is global); kept alive by this object."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._installed = False
+        self._previous_level = logging.DEBUG
+        # ctypes must keep a reference to the C callback for as long as llama.cpp may call it.
+        self._callback = llama_cpp.llama_log_callback(self._on_log)
+
+    def _on_log(self, level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+        log_level = self._previous_level if level == 5 else _LEVELS.get(level, logging.DEBUG)
+        self._previous_level = log_level
+        if _logger.isEnabledFor(log_level):
+            _logger.log(log_level, "%s", text.decode("utf-8", errors="replace").rstrip("\n"))
+
+    def install(self) -> None:
+        with self._lock:
+            if not self._installed:
+                llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
+                self._installed = True
+
+
+ROUTER = _LogRouter()

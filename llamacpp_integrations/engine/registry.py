@@ -1,0 +1,40 @@
+"""The one place with process-wide state: engines shared by configuration.
+
+Two adapters asking for the same ``EngineConfig`` (same model file, same settings) get the same
+``Engine``, so the weights are loaded once. Entries are weak: when no adapter holds an engine any
+more it is closed and its memory freed.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import replace
+from typing import Any
+
+from ..models import resolve_model_path
+from .config import EngineConfig
+from .engine import Engine
+
+__all__ = ["live_engines", "shared_engine"]
+
+_LOCK = threading.Lock()
+_ENGINES: weakref.WeakValueDictionary[EngineConfig, Engine] = weakref.WeakValueDictionary()
+
+
+def shared_engine(config: EngineConfig | None = None, /, **overrides: Any) -> Engine:
+    """The live engine for this configuration, loading the model on first use."""
+    config = replace(config or EngineConfig(), **overrides)
+    key = config.with_model_path(str(resolve_model_path(config.model).resolve()))
+    with _LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None or engine.closed:
+            engine = Engine(key)
+            _ENGINES[key] = engine
+        return engine
+
+
+def live_engines() -> list[Engine]:
+    """Engines the registry currently holds (for diagnostics and tests)."""
+    with _LOCK:
+        return [engine for engine in _ENGINES.values() if not engine.closed]

@@ -1,0 +1,49 @@
+"""What crosses from the caller's thread to the worker: validated, tokenized work items."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .channel import EventChannel
+from .types import SamplingParams
+
+if TYPE_CHECKING:
+    from .sampler import SamplerChain
+
+__all__ = ["EmbedJob", "PreparedRequest"]
+
+_order = itertools.count()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRequest:
+    """A generation request ready for the scheduler: prompt tokenized, limits resolved."""
+
+    request_id: str
+    prompt_tokens: tuple[int, ...]
+    sampling: SamplingParams
+    max_new_tokens: int
+    stop: tuple[str, ...]
+    grammar: str | None
+    ignore_eos: bool
+    special: bool
+    submitted_at: float
+    deadline: float | None
+    channel: EventChannel = field(repr=False)
+    sampler: SamplerChain | None = field(default=None, repr=False)
+    order: int = field(default_factory=lambda: next(_order))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbedJob:
+    """Texts (already tokenized) to embed in as few batched decodes as the budget allows."""
+
+    request_id: str
+    token_lists: Sequence[Sequence[int]]
+    normalize: bool
+    submitted_at: float
+    deadline: float | None
+    channel: EventChannel = field(repr=False)

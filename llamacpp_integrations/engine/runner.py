@@ -1,0 +1,253 @@
+"""The llama.cpp boundary: loaded weights, the generation context, and one batched decode.
+
+Only this module (with ``sampler.py``, ``embedder.py`` and ``llama_log.py``) imports ``llama_cpp``.
+Return codes of llama.cpp are translated into this package's errors here. ``LoadedModel`` is
+read-only after loading and may be used from any thread (tokenizing, detokenizing); a
+``GenerationContext`` is touched by the engine's worker thread only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError, ModelLoadError
+from .llama_log import ROUTER
+
+__all__ = ["BatchEntry", "DecodeStatus", "GenerationContext", "LoadedModel"]
+
+_BACKEND_LOCK = threading.Lock()
+_BACKEND_READY: list[bool] = []
+
+
+def _init_backend() -> None:
+    ROUTER.install()
+    with _BACKEND_LOCK:
+        if not _BACKEND_READY:
+            llama_cpp.llama_backend_init()
+            _BACKEND_READY.append(True)
+
+
+def cpu_advertises_amx() -> bool:
+    """True where /proc/cpuinfo lists Intel AMX tiles.
+
+    ggml's AMX matmul (an "extra buffer type") crashes with SIGSEGV on multi-token batches on such
+    virtual machines (seen on this project's CI kind), so weight repacking is off there by default.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            return any("amx_tile" in line for line in cpuinfo if line.startswith("flags"))
+    except OSError:
+        return False
+
+
+class LoadedModel:
+    """The weights and vocabulary of one GGUF file, shared by every context built on them."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        n_gpu_layers: int = 0,
+        use_mmap: bool = True,
+        weight_repacking: bool | None = None,
+    ) -> None:
+        _init_backend()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.use_mmap = use_mmap
+        if weight_repacking is None:
+            weight_repacking = not cpu_advertises_amx()
+        params.use_extra_bufts = weight_repacking
+        model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not model:
+            raise ModelLoadError(str(path), "llama.cpp could not load it (see the debug log)")
+        self.path = path
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
+        self.n_embd: int = llama_cpp.llama_model_n_embd(model)
+        self.n_swa: int = llama_cpp.llama_model_n_swa(model)
+        self.n_params: int = llama_cpp.llama_model_n_params(model)
+        self.size_bytes: int = llama_cpp.llama_model_size(model)
+        self.bos_token_id: int = llama_cpp.llama_vocab_bos(self._vocab)
+        self.eos_token_id: int = llama_cpp.llama_vocab_eos(self._vocab)
+        self.adds_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        template = llama_cpp.llama_model_chat_template(model, None)
+        self.chat_template: str | None = template.decode("utf-8") if template else None
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(model, buf, len(buf))
+        self.description = buf.value.decode("utf-8", errors="replace")
+        self._piece_buf = threading.local()
+
+    @property
+    def handle(self) -> int:
+        """The raw ``llama_model *`` for sibling modules of the engine."""
+        return self._model  # type: ignore[no-any-return]
+
+    @property
+    def vocab(self) -> int:
+        return self._vocab  # type: ignore[no-any-return]
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry of a token, special tokens included (``<|im_end|>``)."""
+        return self.token_to_piece(token, special=True).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        while True:
+            out = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), out, capacity, add_special, parse_special
+            )
+            if n >= 0:
+                return list(out[:n])
+            capacity = -n
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        buf = getattr(self._piece_buf, "buf", None)
+        if buf is None:
+            buf = self._piece_buf.buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:  # a piece longer than the buffer: grow it once for this thread
+            buf = self._piece_buf.buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return b"".join(self.token_to_piece(t, special=special) for t in tokens).decode(
+            "utf-8", errors="replace"
+        )
+
+    def close(self) -> None:
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+
+@dataclass
+class BatchEntry:
+    """Tokens of one sequence for one decode, starting at position ``start_pos``.
+
+    With ``logits_last`` the last token's logits are kept; ``logits_index`` is then its row.
+    """
+
+    seq_id: int
+    tokens: Sequence[int]
+    start_pos: int
+    logits_last: bool
+    logits_all: bool = False
+    logits_index: int = -1
+
+
+class DecodeStatus:
+    OK = 0
+    NO_KV_SLOT = 1
+
+
+class GenerationContext:
+    """A context of ``n_seq_max`` sequences over one unified KV cache, fed by batched decodes."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        n_ctx_per_seq: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_threads: int,
+    ) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx_per_seq * n_seq_max
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        # Unified: any sequence may use any cell, so one long chat does not starve on n_ctx/n_seq.
+        params.kv_unified = True
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.handle, params)
+        if not ctx:
+            raise ModelLoadError(str(model.path), "llama.cpp could not create a context")
+        self.model = model
+        self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self._ctx = ctx
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._n_vocab = model.n_vocab
+
+    @property
+    def handle(self) -> int:
+        return self._ctx  # type: ignore[no-any-return]
+
+    def decode(self, entries: Sequence[BatchEntry]) -> int:
+        """Run one ``llama_decode`` over every entry; sets each ``logits_index``.
+
+        Returns ``DecodeStatus.OK`` or ``DecodeStatus.NO_KV_SLOT`` (the cache is then unchanged);
+        any other code raises ``EngineError``.
+        """
+        batch = self._batch
+        n = 0
+        for entry in entries:
+            last = len(entry.tokens) - 1
+            for offset, token in enumerate(entry.tokens):
+                batch.token[n] = token
+                batch.pos[n] = entry.start_pos + offset
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = entry.seq_id
+                wants = entry.logits_all or (entry.logits_last and offset == last)
+                batch.logits[n] = wants
+                n += 1
+            entry.logits_index = n - 1 if entry.logits_last else -1
+        if n == 0:
+            return DecodeStatus.OK
+        if n > self.n_batch:
+            raise EngineError(f"internal: batch of {n} tokens exceeds n_batch={self.n_batch}")
+        batch.n_tokens = n
+        code = int(llama_cpp.llama_decode(self._ctx, batch))
+        if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
+            return code
+        raise EngineError(f"llama_decode failed with code {code}")
+
+    def logits(self, index: int) -> npt.NDArray[np.float32]:
+        """A copy of the logits row ``index`` of the last decode."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
+
+    def remove(self, seq_id: int, start: int = 0) -> bool:
+        """Drop the sequence's cells from position ``start`` on; False if that part can't go."""
+        if start <= 0:
+            return bool(llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1))
+        return bool(llama_cpp.llama_memory_seq_rm(self._memory, seq_id, start, -1))
+
+    def share_prefix(self, src: int, dst: int, n_tokens: int) -> None:
+        """Let ``dst`` use the cells of ``src``'s first ``n_tokens`` positions (no copy: the
+        unified cache tags the same cells with both sequence ids)."""
+        llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)
+
+    def pos_range(self, seq_id: int) -> tuple[int, int]:
+        """Smallest and largest cached position of a sequence, ``(-1, -1)`` when it is empty."""
+        return (
+            int(llama_cpp.llama_memory_seq_pos_min(self._memory, seq_id)),
+            int(llama_cpp.llama_memory_seq_pos_max(self._memory, seq_id)),
+        )
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None

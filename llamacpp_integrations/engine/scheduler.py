@@ -1,0 +1,155 @@
+"""Which tokens of which sequences go into the next decode. Pure bookkeeping: no llama.cpp here.
+
+Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens its cells hold, so a
+new request takes the free slot sharing the longest prefix with its prompt and evaluates only the
+rest. A step holds one token of every generating sequence first (so streams keep flowing), then
+prompt chunks of the sequences still reading their prompt, up to ``n_batch`` tokens in all.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .runner import BatchEntry
+
+__all__ = ["Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
+
+
+class SeqStatus(enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass
+class Slot:
+    """One KV sequence. ``cached`` is what its cells hold, position by position."""
+
+    seq_id: int
+    cached: list[int] = field(default_factory=list)
+    last_used: int = 0
+    busy: bool = False
+
+
+@dataclass
+class SeqState:
+    """A request bound to a slot: how far its prompt went, and the token to decode next."""
+
+    request_id: str
+    prompt: Sequence[int]
+    slot: Slot
+    n_reused: int
+    copy_from: Slot | None = None
+    status: SeqStatus = SeqStatus.PREFILL
+    next_token: int | None = None
+
+    @property
+    def n_past(self) -> int:
+        return len(self.slot.cached)
+
+
+@dataclass
+class StepPlan:
+    entries: list[tuple[SeqState, BatchEntry]]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(entry.tokens) for _, entry in self.entries)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Scheduler:
+    def __init__(self, n_seq_max: int, n_batch: int) -> None:
+        self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
+        self.n_batch = n_batch
+        self.running: list[SeqState] = []
+        self._clock = 0
+
+    @property
+    def n_free(self) -> int:
+        return sum(not slot.busy for slot in self.slots)
+
+    def admit(self, request_id: str, prompt: Sequence[int]) -> SeqState:
+        """Bind a request to a free slot, reusing the longest cached prefix of its prompt.
+
+        The prefix may come from any slot, busy ones included: if taking over that slot would
+        throw away a longer cached conversation (or it is busy), the prefix is shared into another
+        free slot instead (``copy_from``). At least the last prompt token is always evaluated,
+        since sampling needs its logits. The caller then applies the cache changes.
+        """
+        free = [slot for slot in self.slots if not slot.busy]
+        assert free, "admit() called with no free slot"
+        source = max(self.slots, key=lambda s: (common_prefix(s.cached, prompt), not s.busy))
+        n_reused = min(common_prefix(source.cached, prompt), len(prompt) - 1)
+        keeps_whole = n_reused == len(source.cached) or len(free) == 1
+        if n_reused > 0 and not source.busy and keeps_whole:
+            target, copy_from = source, None
+        else:
+            # Empty slots first, then the least recently used one.
+            target = min(free, key=lambda s: (len(s.cached) > 0, s.last_used))
+            copy_from = source if n_reused > 0 and source is not target else None
+            if copy_from is None and target is not source:
+                n_reused = 0
+        if copy_from is not None:
+            target.cached[:] = source.cached[:n_reused]
+        del target.cached[n_reused:]
+        target.busy = True
+        self._clock += 1
+        target.last_used = self._clock
+        seq = SeqState(
+            request_id=request_id,
+            prompt=prompt,
+            slot=target,
+            n_reused=n_reused,
+            copy_from=copy_from,
+        )
+        self.running.append(seq)
+        return seq
+
+    def forget(self, seq: SeqState) -> None:
+        """The slot's cells could not be cut at ``n_reused``: start its prompt from scratch."""
+        seq.slot.cached.clear()
+        seq.n_reused = 0
+
+    def plan(self) -> StepPlan:
+        entries: list[tuple[SeqState, BatchEntry]] = []
+        budget = self.n_batch
+        for seq in self.running:
+            if seq.status is SeqStatus.DECODE and seq.next_token is not None:
+                entries.append(
+                    (seq, BatchEntry(seq.slot.seq_id, [seq.next_token], seq.n_past, True))
+                )
+                budget -= 1
+        for seq in self.running:
+            if seq.status is not SeqStatus.PREFILL or budget <= 0:
+                continue
+            start = seq.n_past
+            chunk = seq.prompt[start : start + budget]
+            done = start + len(chunk) == len(seq.prompt)
+            entries.append((seq, BatchEntry(seq.slot.seq_id, chunk, start, done)))
+            budget -= len(chunk)
+        return StepPlan(entries)
+
+    def decoded(self, plan: StepPlan) -> None:
+        """The plan's tokens are now in the cache."""
+        for seq, entry in plan.entries:
+            seq.slot.cached.extend(entry.tokens)
+            if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
+                seq.status = SeqStatus.DECODE
+            seq.next_token = None
+
+    def release(self, seq: SeqState, *, keep_cache: bool) -> None:
+        """Free the request's slot; its cells stay for prefix reuse unless ``keep_cache`` is off."""
+        self.running.remove(seq)
+        seq.slot.busy = False
+        if not keep_cache:
+            seq.slot.cached.clear()

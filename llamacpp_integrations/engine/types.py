@@ -1,0 +1,226 @@
+"""Framework-neutral request and response types of the engine.
+
+Adapters translate LangChain / LlamaIndex objects into these and back; nothing here knows about
+either framework or about llama.cpp.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import InvalidRequestError
+
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "Completion",
+    "CompletionRequest",
+    "FinishReason",
+    "GenerationRequest",
+    "SamplingParams",
+    "StreamChunk",
+    "Timings",
+    "Usage",
+]
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+def new_request_id() -> str:
+    return f"req-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    """How the next token is picked. ``temperature <= 0`` means greedy (and ignores the rest)."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64
+    logit_bias: Mapping[int, float] | None = None
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self, n_vocab: int, request_id: str | None = None) -> None:
+        """Raise ``InvalidRequestError`` naming every out-of-range value."""
+        problems: list[str] = []
+        floats = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "repeat_penalty": self.repeat_penalty,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+        }
+        problems += [
+            f"{k} is not a finite number" for k, v in floats.items() if not math.isfinite(v)
+        ]
+        if self.temperature < 0:
+            problems.append("temperature must be >= 0")
+        if self.top_k < 0:
+            problems.append("top_k must be >= 0 (0 disables it)")
+        if not 0.0 < self.top_p <= 1.0:
+            problems.append("top_p must be in (0, 1]")
+        if not 0.0 <= self.min_p <= 1.0:
+            problems.append("min_p must be in [0, 1]")
+        if self.repeat_penalty <= 0:
+            problems.append("repeat_penalty must be > 0")
+        if self.penalty_last_n < -1:
+            problems.append("penalty_last_n must be >= -1")
+        if self.seed is not None and not 0 <= self.seed < 2**32:
+            problems.append("seed must be in [0, 2**32)")
+        for token, bias in (self.logit_bias or {}).items():
+            if not isinstance(token, int) or not 0 <= token < n_vocab:
+                problems.append(f"logit_bias token {token!r} is not in the vocabulary")
+            elif math.isnan(bias):
+                problems.append(f"logit_bias for token {token} is NaN")
+        if problems:
+            raise InvalidRequestError("; ".join(problems), request_id=request_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatMessage:
+    """One chat turn, in the shape GGUF chat templates expect.
+
+    ``content`` is a string or a list of content parts (``{"type": "text", "text": ...}``).
+    ``tool_calls`` are OpenAI-style dicts; ``tool_call_id`` links a tool result to its call.
+    """
+
+    role: str
+    content: str | Sequence[Mapping[str, Any]] = ""
+    name: str | None = None
+    tool_calls: Sequence[Mapping[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    def to_template_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [dict(call) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationRequest:
+    """What every generation request has, whatever its prompt.
+
+    Attributes:
+        sampling: Sampler settings.
+        max_tokens: Most tokens to generate; ``None`` runs to the end of the sequence's context.
+        stop: Strings that end generation; they are never part of the returned text.
+        grammar: A GBNF grammar the output must follow (root rule ``root``).
+        ignore_eos: Keep generating past end-of-generation tokens (benchmarks).
+        timeout: Seconds from submission after which the request fails with a timeout.
+        special: Render special tokens (control markers) into the text.
+        request_id: Identifier carried by every event and error of this request.
+    """
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: Sequence[str] = ()
+    grammar: str | None = None
+    ignore_eos: bool = False
+    timeout: float | None = None
+    special: bool = False
+    request_id: str = field(default_factory=new_request_id)
+
+    def validate_common(self, n_vocab: int) -> None:
+        self.sampling.validate(n_vocab, self.request_id)
+        problems: list[str] = []
+        if self.max_tokens is not None and self.max_tokens < 1:
+            problems.append("max_tokens must be >= 1")
+        if isinstance(self.stop, str):
+            problems.append("stop must be a sequence of strings, not one string")
+        elif any(not isinstance(s, str) or not s for s in self.stop):
+            problems.append("stop strings must be non-empty strings")
+        if self.timeout is not None and not self.timeout > 0:
+            problems.append("timeout must be > 0 seconds")
+        if self.grammar is not None and not self.grammar.strip():
+            problems.append("grammar is empty")
+        if problems:
+            raise InvalidRequestError("; ".join(problems), request_id=self.request_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatRequest(GenerationRequest):
+    """A chat: messages rendered with the model's chat template (or ``chat_template``).
+
+    ``tools`` and ``template_kwargs`` are passed to the template as variables.
+    """
+
+    messages: Sequence[ChatMessage | Mapping[str, Any]]
+    chat_template: str | None = None
+    add_generation_prompt: bool = True
+    tools: Sequence[Mapping[str, Any]] | None = None
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompletionRequest(GenerationRequest):
+    """Raw completion of a text (or of token ids) with no chat template."""
+
+    prompt: str | Sequence[int]
+    add_bos: bool = True
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one request. ``cached_prompt_tokens`` were reused from the KV cache."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds spent by one request: waiting for a slot, to its first token, and overall."""
+
+    queued_s: float
+    time_to_first_token_s: float | None
+    total_s: float
+    prompt_eval_s: float
+    generation_s: float
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One piece of a streamed answer. The last chunk has ``finish_reason`` and ``usage`` set."""
+
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...] = ()
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished answer."""
+
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings

@@ -1,0 +1,102 @@
+"""Every exception the package raises on purpose.
+
+The tree::
+
+    LlamaCppIntegrationError            base of everything below
+    ├── ModelLoadError                  missing / truncated / non-GGUF file, llama.cpp refused it
+    ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
+    │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
+    │   └── ChatTemplateError           no chat template, or the template failed to render
+    ├── EngineOverloadedError           the admission queue stayed full
+    ├── EngineClosedError               the engine was closed (or its worker died)
+    ├── RequestCancelledError           the request was cancelled before it finished
+    ├── RequestTimeoutError (TimeoutError)  the request ran past its own timeout
+    └── EngineError                     llama.cpp failed while serving the request
+
+Errors that belong to one request carry its ``request_id``; the ones that end a request part-way
+also carry the text generated so far in ``partial_text``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChatTemplateError",
+    "ContextOverflowError",
+    "EngineClosedError",
+    "EngineError",
+    "EngineOverloadedError",
+    "InvalidRequestError",
+    "LlamaCppIntegrationError",
+    "ModelLoadError",
+    "RequestCancelledError",
+    "RequestTimeoutError",
+]
+
+
+class LlamaCppIntegrationError(Exception):
+    """Base class of every error raised on purpose by this package."""
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class ModelLoadError(LlamaCppIntegrationError):
+    """The model file could not be used: it names the path and the reason."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot load model {path!r}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class InvalidRequestError(LlamaCppIntegrationError, ValueError):
+    """The request is malformed (bad parameter, empty input, ...); nothing was generated."""
+
+
+class ContextOverflowError(InvalidRequestError):
+    """The prompt, plus the tokens asked for, does not fit the per-sequence context."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        n_prompt_tokens: int,
+        n_ctx: int,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, request_id=request_id)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
+class ChatTemplateError(InvalidRequestError):
+    """The model has no chat template (and none was given), or rendering it failed."""
+
+
+class EngineOverloadedError(LlamaCppIntegrationError):
+    """The admission queue was full for as long as the caller was willing to wait."""
+
+
+class EngineClosedError(LlamaCppIntegrationError):
+    """The engine was closed, or its worker stopped; it serves no more requests."""
+
+
+class _PartialResultError(LlamaCppIntegrationError):
+    def __init__(
+        self, message: str, *, request_id: str | None = None, partial_text: str = ""
+    ) -> None:
+        super().__init__(message, request_id=request_id)
+        self.partial_text = partial_text
+
+
+class RequestCancelledError(_PartialResultError):
+    """The request was cancelled (by its handle, its caller's task, or a dropped stream)."""
+
+
+class RequestTimeoutError(_PartialResultError, TimeoutError):
+    """The request did not finish within the timeout it was given."""
+
+
+class EngineError(_PartialResultError):
+    """llama.cpp reported a failure while serving this request; other requests go on."""
