@@ -72,7 +72,8 @@ class RequestHandle:
 
     Iteration yields ``StreamChunk`` objects; the last one carries ``finish_reason`` and
     ``usage``. A request that fails raises its typed error from the iteration. A cancelled
-    request ends with a chunk whose ``finish_reason`` is ``"cancelled"``.
+    request ends with a chunk whose ``finish_reason`` is ``"cancelled"``. ``result()`` works
+    before, during or after iteration: the handle keeps what it has read.
     """
 
     def __init__(
@@ -86,76 +87,78 @@ class RequestHandle:
         self._channel = channel
         self._cancel = cancel
         self._alive = alive
-        self._done = False
+        self._texts: list[str] = []
+        self._tokens: list[int] = []
+        self._end: StreamChunk | BaseException | None = None
 
     @property
     def done(self) -> bool:
-        return self._done
+        return self._end is not None
 
     def cancel(self) -> None:
         """Ask the engine to stop this request at its next step and free its sequence."""
-        if not self._done:
+        if self._end is None:
             self._cancel(self.request_id)
 
     def _accept(self, event: object) -> StreamChunk:
         if isinstance(event, BaseException):
-            self._done = True
+            self._end = event
             raise event
         assert isinstance(event, StreamChunk)
+        self._texts.append(event.text)
+        self._tokens.extend(event.token_ids)
         if event.finish_reason is not None:
-            self._done = True
+            self._end = event
         return event
 
     def __iter__(self) -> Iterator[StreamChunk]:
         try:
-            while not self._done:
+            while self._end is None:
                 yield self._accept(self._channel.get(self._alive))
         finally:
             self.cancel()  # a no-op when finished; otherwise the consumer walked away
 
     async def __aiter__(self) -> AsyncIterator[StreamChunk]:
         try:
-            while not self._done:
+            while self._end is None:
                 yield self._accept(await self._channel.aget(self._alive))
         finally:
             self.cancel()
 
     def result(self) -> Completion:
         """Wait for the whole answer. Raises ``RequestCancelledError`` if it was cancelled."""
-        return _collect(self.request_id, iter(self))
+        for _ in self:
+            pass
+        return self._completion()
 
     async def aresult(self) -> Completion:
         """Async ``result``."""
-        chunks = [chunk async for chunk in self]
-        return _collect(self.request_id, iter(chunks))
+        async for _ in self:
+            pass
+        return self._completion()
+
+    def _completion(self) -> Completion:
+        end = self._end
+        if isinstance(end, BaseException):
+            raise end
+        assert end is not None and end.finish_reason is not None
+        text = "".join(self._texts)
+        if end.finish_reason == "cancelled":
+            raise RequestCancelledError(
+                "the request was cancelled", request_id=self.request_id, partial_text=text
+            )
+        assert end.usage is not None and end.timings is not None
+        return Completion(
+            request_id=self.request_id,
+            text=text,
+            token_ids=tuple(self._tokens),
+            finish_reason=end.finish_reason,
+            usage=end.usage,
+            timings=end.timings,
+        )
 
     def __del__(self) -> None:
-        if not self._done:
+        if self._end is None:
             # At interpreter shutdown the inbox may be gone: nothing is left to free then.
             with contextlib.suppress(Exception):
                 self._cancel(self.request_id)
-
-
-def _collect(request_id: str, chunks: Iterator[StreamChunk]) -> Completion:
-    texts: list[str] = []
-    tokens: list[int] = []
-    final: StreamChunk | None = None
-    for chunk in chunks:
-        texts.append(chunk.text)
-        tokens.extend(chunk.token_ids)
-        final = chunk
-    assert final is not None and final.finish_reason is not None
-    text = "".join(texts)
-    if final.finish_reason == "cancelled":
-        raise RequestCancelledError(
-            "the request was cancelled", request_id=request_id, partial_text=text
-        )
-    assert final.usage is not None and final.timings is not None
-    return Completion(
-        request_id=request_id,
-        text=text,
-        token_ids=tuple(tokens),
-        finish_reason=final.finish_reason,
-        usage=final.usage,
-        timings=final.timings,
-    )
