@@ -89,8 +89,10 @@ class Scheduler:
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
         source = max(self.slots, key=lambda s: (common_prefix(s.cached, prompt), not s.busy))
-        n_reused = min(common_prefix(source.cached, prompt), len(prompt) - 1)
-        keeps_whole = n_reused == len(source.cached) or len(free) == 1
+        shared = common_prefix(source.cached, prompt)
+        n_reused = min(shared, len(prompt) - 1)
+        # Taking the source over loses nothing when all it holds is a prefix of this prompt.
+        keeps_whole = shared == len(source.cached) or len(free) == 1
         if n_reused > 0 and not source.busy and keeps_whole:
             target, copy_from = source, None
         else:

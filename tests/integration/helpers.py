@@ -40,8 +40,10 @@ def chat(text: str, **kwargs: object) -> ChatRequest:
     return ChatRequest(messages=[ChatMessage(role="user", content=text)], **kwargs)  # type: ignore[arg-type]
 
 
-def wait_for(engine: Engine, predicate: Callable[[EngineStats], bool], timeout: float = 30) -> EngineStats:
-    """Poll the engine's stats until ``predicate`` holds (a bound on waiting, not a timing check)."""
+def wait_for(
+    engine: Engine, predicate: Callable[[EngineStats], bool], timeout: float = 30
+) -> EngineStats:
+    """Poll the stats until ``predicate`` holds (a bound on waiting, not a timing check)."""
     end = time.monotonic() + timeout
     while True:
         stats = engine.stats()
@@ -52,6 +54,8 @@ def wait_for(engine: Engine, predicate: Callable[[EngineStats], bool], timeout: 
 
 def idle_and_freed(stats: EngineStats) -> bool:
     """Nothing runs, and every slot without cached tokens holds no KV cells."""
-    return stats.running == 0 and all(
-        slot.kv_cells == 0 for slot in stats.slots if slot.cached_tokens == 0
-    ) and all(slot.kv_cells == slot.cached_tokens for slot in stats.slots)
+    return (
+        stats.running == 0
+        and all(slot.kv_cells == 0 for slot in stats.slots if slot.cached_tokens == 0)
+        and all(slot.kv_cells == slot.cached_tokens for slot in stats.slots)
+    )

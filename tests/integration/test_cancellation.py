@@ -35,7 +35,10 @@ def test_cancel_mid_prompt(small_batch_engine: Engine) -> None:
     engine = small_batch_engine
     handle = engine.submit(chat(LONG, max_tokens=16))
     n_prompt = len(engine.prompt_tokens(chat(LONG)))
-    mid = wait_for(engine, lambda s: any(0 < slot.cached_tokens < n_prompt - 64 for slot in s.slots if slot.busy))
+    mid = wait_for(
+        engine,
+        lambda s: any(0 < slot.cached_tokens < n_prompt - 64 for slot in s.slots if slot.busy),
+    )
     assert any(slot.busy for slot in mid.slots), "the prompt finished before the cancel"
     handle.cancel()
     chunks = list(handle)
@@ -125,7 +128,9 @@ def test_a_hundred_cancellations_leave_memory_flat(small_batch_engine: Engine) -
 
     def cancel_some(n: int) -> None:
         for i in range(n):
-            handle = engine.submit(chat(f"Story number {i}: once upon a time", max_tokens=200, ignore_eos=True))
+            handle = engine.submit(
+                chat(f"Story number {i}: once upon a time", max_tokens=200, ignore_eos=True)
+            )
             for j, _ in enumerate(handle):
                 if j == 1:
                     handle.cancel()

@@ -34,16 +34,22 @@ def test_stream_concatenates_to_the_generated_answer(engine: Engine) -> None:
     assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     final = chunks[-1]
     assert final.finish_reason == whole.finish_reason
-    assert final.usage is not None and final.usage.completion_tokens == whole.usage.completion_tokens
+    assert (
+        final.usage is not None and final.usage.completion_tokens == whole.usage.completion_tokens
+    )
     assert tuple(t for c in chunks for t in c.token_ids) == whole.token_ids
 
 
 def test_length_limit_and_usage(engine: Engine) -> None:
-    result = engine.generate(chat("Write a long story about a dragon.", max_tokens=7, ignore_eos=True))
+    result = engine.generate(
+        chat("Write a long story about a dragon.", max_tokens=7, ignore_eos=True)
+    )
     assert result.finish_reason == "length"
     assert result.usage.completion_tokens == 7
     rendered = engine.render_chat(chat("Write a long story about a dragon."))
-    assert result.usage.prompt_tokens == len(engine.tokenize(rendered, add_special=True, parse_special=True))
+    assert result.usage.prompt_tokens == len(
+        engine.tokenize(rendered, add_special=True, parse_special=True)
+    )
     assert result.timings.total_s >= result.timings.generation_s >= 0
 
 
@@ -74,7 +80,9 @@ def test_sampling_with_a_seed_is_reproducible(engine: Engine) -> None:
 
 def test_raw_completion_with_token_ids(engine: Engine) -> None:
     prompt = engine.tokenize("The alphabet starts with A, B,", add_special=True)
-    result = engine.generate(CompletionRequest(prompt=prompt, max_tokens=5, sampling=SamplingParams(temperature=0)))
+    result = engine.generate(
+        CompletionRequest(prompt=prompt, max_tokens=5, sampling=SamplingParams(temperature=0))
+    )
     assert result.usage.prompt_tokens == len(prompt)
     assert result.text
 
@@ -139,7 +147,9 @@ async def test_event_loop_keeps_ticking_while_streaming(engine: Engine) -> None:
     ticker = asyncio.create_task(heartbeat())
     start = time.perf_counter()
     n_chunks = 0
-    async for _ in engine.astream(chat("Write a poem about rivers.", max_tokens=150, ignore_eos=True)):
+    async for _ in engine.astream(
+        chat("Write a poem about rivers.", max_tokens=150, ignore_eos=True)
+    ):
         n_chunks += 1
     elapsed = time.perf_counter() - start
     done.set()
@@ -153,13 +163,17 @@ async def test_event_loop_keeps_ticking_while_streaming(engine: Engine) -> None:
 def test_second_turn_reuses_the_first_turns_cache(engine: Engine) -> None:
     system = ChatMessage(role="system", content="You are a terse assistant. " * 20)
     turn1 = [system, ChatMessage(role="user", content="Name a fruit.")]
-    first = engine.generate(ChatRequest(messages=turn1, max_tokens=16, sampling=SamplingParams(temperature=0)))
+    first = engine.generate(
+        ChatRequest(messages=turn1, max_tokens=16, sampling=SamplingParams(temperature=0))
+    )
     turn2 = [
         *turn1,
         ChatMessage(role="assistant", content=first.text),
         ChatMessage(role="user", content="And a vegetable?"),
     ]
-    second = engine.generate(ChatRequest(messages=turn2, max_tokens=16, sampling=SamplingParams(temperature=0)))
+    second = engine.generate(
+        ChatRequest(messages=turn2, max_tokens=16, sampling=SamplingParams(temperature=0))
+    )
     assert second.usage.cached_prompt_tokens >= first.usage.prompt_tokens
     assert second.usage.cached_prompt_tokens < second.usage.prompt_tokens
 
@@ -170,5 +184,11 @@ def test_requests_sharing_a_system_prompt_share_its_cells(engine: Engine) -> Non
     b = ChatRequest(messages=[system, ChatMessage(role="user", content="Goodbye")], max_tokens=4)
     engine.generate(a)
     second = engine.generate(b)
-    n_system = len(engine.tokenize(engine.render_chat(ChatRequest(messages=[system], add_generation_prompt=False)), add_special=True, parse_special=True))
+    n_system = len(
+        engine.tokenize(
+            engine.render_chat(ChatRequest(messages=[system], add_generation_prompt=False)),
+            add_special=True,
+            parse_special=True,
+        )
+    )
     assert second.usage.cached_prompt_tokens >= n_system - 1

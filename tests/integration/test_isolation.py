@@ -47,7 +47,9 @@ def _sequences(engine: Engine) -> list[tuple[list[int], list[int]]]:
 def test_batched_sequences_agree_with_solo_ones(engine: Engine, model: LoadedModel) -> None:
     sequences = _sequences(engine)
     n_total = sum(len(p) + len(c) for p, c in sequences)
-    batched_ctx = GenerationContext(model, n_ctx_per_seq=512, n_seq_max=N_SEQ, n_batch=n_total, n_threads=2)
+    batched_ctx = GenerationContext(
+        model, n_ctx_per_seq=512, n_seq_max=N_SEQ, n_batch=n_total, n_threads=2
+    )
     solo_ctx = GenerationContext(model, n_ctx_per_seq=512, n_seq_max=1, n_batch=512, n_threads=2)
     try:
         entries = [

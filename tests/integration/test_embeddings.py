@@ -1,0 +1,105 @@
+"""Embeddings on a second context over the same weights: one vector per text, batched."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.engine import Engine, EngineConfig, live_engines, shared_engine
+from llamacpp_integrations.errors import ContextOverflowError, InvalidRequestError
+
+from .helpers import chat
+
+TEXTS = [
+    "The Nile flows north through Egypt into the Mediterranean Sea.",
+    "Mount Everest is the highest mountain above sea level.",
+    "Photosynthesis turns light into chemical energy in plants.",
+    "The Amazon rainforest spans several South American countries.",
+    "",
+    "Ünïcödé and emoji 🚀 are fine too.",
+]
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_one_normalised_vector_of_plain_floats_per_text(engine: Engine) -> None:
+    vectors = engine.embed(TEXTS)
+    assert len(vectors) == len(TEXTS)
+    for vector in vectors:
+        assert len(vector) == engine.info.n_embd == 576
+        assert all(type(x) is float for x in vector)
+        assert math.isclose(math.fsum(x * x for x in vector), 1.0, rel_tol=1e-6)
+    raw = engine.embed(TEXTS[:1], normalize=False)[0]
+    assert not math.isclose(math.fsum(x * x for x in raw), 1.0, rel_tol=1e-3)
+    assert _cosine(raw, vectors[0]) > 0.9999
+
+
+def test_batched_equals_one_by_one(engine: Engine) -> None:
+    batched = engine.embed(TEXTS)
+    for text, vector in zip(TEXTS, batched, strict=True):
+        alone = engine.embed([text])[0]
+        assert _cosine(alone, vector) > 0.999
+        assert max(abs(a - b) for a, b in zip(alone, vector, strict=True)) < 1e-2
+
+
+def test_many_texts_span_several_batches(engine: Engine) -> None:
+    texts = [f"Sentence number {i} is about topic {i % 7}." for i in range(70)]
+    vectors = engine.embed(texts)
+    assert len(vectors) == 70
+    assert _cosine(vectors[3], engine.embed([texts[3]])[0]) > 0.999
+
+
+def test_retrieval_ranks_the_right_text_first(engine: Engine) -> None:
+    query, *docs = engine.embed(["Which river flows into the Mediterranean?", *TEXTS[:4]])
+    scores = [_cosine(query, d) for d in docs]
+    assert scores.index(max(scores)) == 0
+
+
+async def test_async_embeddings_run_beside_generation(engine: Engine) -> None:
+    generation = asyncio.create_task(engine.agenerate(chat("Write a poem.", max_tokens=40)))
+    vectors = await asyncio.gather(*(engine.aembed([t]) for t in TEXTS[:4]))
+    assert [len(v) for v in vectors] == [1, 1, 1, 1]
+    assert (await generation).usage.completion_tokens > 0
+
+
+def test_over_long_texts_follow_the_policy(smollm_path: Path) -> None:
+    config = EngineConfig(model=str(smollm_path), n_seq_max=1, embedding_n_ctx=64)
+    with Engine(config) as engine:
+        long_text = "many words " * 100
+        with pytest.raises(ContextOverflowError, match="truncate=True"):
+            engine.embed([long_text])
+        truncated = engine.embed([long_text], truncate=True)[0]
+        assert len(truncated) == 576
+        with pytest.raises(InvalidRequestError):
+            engine.embed([])
+        with pytest.raises(InvalidRequestError):
+            engine.embed("not a list")  # type: ignore[arg-type]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+def test_registry_shares_one_engine_and_one_copy_of_the_weights(smollm_path: Path) -> None:
+    config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512)
+    chat_side = shared_engine(config)
+    before = _rss_bytes()
+    embed_side = shared_engine(EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512))
+    assert embed_side is chat_side
+    assert len(embed_side.embed(["hello"])[0]) == 576
+    assert chat_side.generate(chat("Hi", max_tokens=2)).usage.completion_tokens > 0
+    # The weights are ~94 MiB: a second load would show; the embedding context is far smaller.
+    assert _rss_bytes() - before < 60 * 2**20
+    assert chat_side in live_engines()
+    # Dropping every holder closes the engine and frees it.
+    del chat_side, embed_side
+    gc.collect()
+    assert all(e.config.n_ctx_per_seq != 512 or e.config.n_seq_max != 2 for e in live_engines())

@@ -1,0 +1,70 @@
+"""The scheduler's bookkeeping, without a model."""
+
+from __future__ import annotations
+
+from llamacpp_integrations.engine.scheduler import Scheduler, SeqStatus
+
+
+def _finish(scheduler: Scheduler, seq_index: int = 0) -> None:
+    seq = scheduler.running[seq_index]
+    scheduler.release(seq, keep_cache=True)
+
+
+def test_decode_tokens_go_first_then_prompt_chunks_within_the_budget() -> None:
+    scheduler = Scheduler(n_seq_max=3, n_batch=8)
+    a = scheduler.admit("a", list(range(100, 104)))
+    plan = scheduler.plan()
+    assert [len(e.tokens) for _, e in plan.entries] == [4]
+    assert plan.entries[0][1].logits_last
+    scheduler.decoded(plan)
+    assert a.status is SeqStatus.DECODE
+    a.next_token = 7
+    b = scheduler.admit("b", list(range(200, 220)))
+    plan = scheduler.plan()
+    assert [(s.request_id, len(e.tokens)) for s, e in plan.entries] == [("a", 1), ("b", 7)]
+    assert plan.entries[0][1].start_pos == 4
+    assert not plan.entries[1][1].logits_last  # the prompt is not finished yet
+    scheduler.decoded(plan)
+    assert b.n_past == 7 and b.status is SeqStatus.PREFILL
+    assert a.slot.cached == [100, 101, 102, 103, 7]
+
+
+def test_longest_cached_prefix_wins_and_the_last_prompt_token_is_always_evaluated() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=64)
+    scheduler.admit("a", [1, 2, 3, 4, 5])
+    scheduler.decoded(scheduler.plan())
+    _finish(scheduler)
+    again = scheduler.admit("b", [1, 2, 3, 4, 5])
+    assert again.n_reused == 4 and again.copy_from is None
+    plan = scheduler.plan()
+    assert [list(e.tokens) for _, e in plan.entries] == [[5]]
+
+
+def test_a_longer_cached_conversation_is_shared_not_overwritten() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=64)
+    first = scheduler.admit("a", [9, 9, 9, 1, 2, 3])
+    scheduler.decoded(scheduler.plan())
+    _finish(scheduler)
+    other = scheduler.admit("b", [9, 9, 9, 7, 7])
+    assert other.slot is not first.slot
+    assert other.copy_from is first.slot and other.n_reused == 3
+    assert first.slot.cached == [9, 9, 9, 1, 2, 3]
+    assert other.slot.cached == [9, 9, 9]
+
+
+def test_a_busy_slot_can_lend_its_prefix() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=64)
+    busy = scheduler.admit("a", [5, 5, 5, 5, 1])
+    scheduler.decoded(scheduler.plan())
+    other = scheduler.admit("b", [5, 5, 5, 5, 2])
+    assert other.copy_from is busy.slot and other.n_reused == 4
+
+
+def test_released_without_cache_forgets_its_tokens() -> None:
+    scheduler = Scheduler(n_seq_max=1, n_batch=64)
+    seq = scheduler.admit("a", [1, 2, 3])
+    scheduler.decoded(scheduler.plan())
+    scheduler.release(seq, keep_cache=False)
+    assert scheduler.n_free == 1 and seq.slot.cached == []
+    fresh = scheduler.admit("b", [1, 2, 3])
+    assert fresh.n_reused == 0
