@@ -187,8 +187,9 @@ def match_weight_repacking() -> bool:
     attribute holding that function is replaced by a wrapper that sets ``use_extra_bufts=False``.
     Returns whether repacking stays on.
     """
-    if not cpu_advertises_amx():
+    if not cpu_advertises_amx():  # the engine's own rule (weight_repacking=None)
         return True
+    # ggml's AMX kernels SIGSEGV on multi-token batches on such machines; ours turns them off too.
     original = llama_cpp.llama_cpp.llama_model_default_params
 
     def no_extra_bufts() -> Any:

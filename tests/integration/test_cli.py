@@ -1,0 +1,36 @@
+"""The command line on the real model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.cli import main
+
+
+def test_info_prints_the_metadata(smollm_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--model", str(smollm_path)]) == 0
+    out = capsys.readouterr().out
+    assert "llama" in out and "576" in out and "chat template: yes" in out
+
+
+def test_demo_streams_and_ranks(smollm_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--model", str(smollm_path), "--max-tokens", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "assistant:" in out and "embedding similarity" in out
+    assert out.count("  +") + out.count("  -") == 4
+
+
+def test_chat_reads_turns_until_an_empty_line(
+    smollm_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = iter(["Hello!", "And again?", ""])
+    monkeypatch.setattr("builtins.input", lambda _prompt="": next(lines))
+    assert main(["chat", "--model", str(smollm_path), "--max-tokens", "8"]) == 0
+    assert "chatting with" in capsys.readouterr().out
+
+
+def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--model", "/nonexistent/model.gguf"]) == 1
+    assert "error:" in capsys.readouterr().err
