@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from pathlib import Path
 
 from llamacpp_integrations.engine import (
     ChatMessage,
@@ -13,6 +13,7 @@ from llamacpp_integrations.engine import (
     Completion,
     CompletionRequest,
     Engine,
+    EngineConfig,
     SamplingParams,
 )
 
@@ -72,19 +73,19 @@ def test_grammar_constrains_the_answer(engine: Engine) -> None:
         assert result.text in ("yes.", "no.")
 
 
-def test_sampling_with_a_seed_is_reproducible(engine: Engine) -> None:
+def test_sampling_with_a_seed_is_reproducible(smollm_path: Path) -> None:
+    """Same seed, same engine state: same tokens.
+
+    Only a fresh engine guarantees the same state: with a warm unified cache the cells sit in other
+    places, attention sums in another order, and a near tie at temperature 0.9 may flip.
+    """
     params = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, seed=1234, repeat_penalty=1.1)
-    # The first run evaluates the whole prompt in one batch; later runs reuse its cached cells and
-    # evaluate only the last token, which rounds differently. Runs two and three share that state.
-    engine.generate(chat("Invent a word.", sampling=params, max_tokens=16))
-    a = engine.generate(chat("Invent a word.", sampling=params, max_tokens=16))
-    b = engine.generate(chat("Invent a word.", sampling=params, max_tokens=16))
-    assert a.usage.cached_prompt_tokens == b.usage.cached_prompt_tokens > 0
-    assert a.token_ids == b.token_ids
-    other = engine.generate(
-        chat("Invent a word.", sampling=replace(params, seed=99), max_tokens=16)
-    )
-    assert other.usage.completion_tokens > 0
+    runs = []
+    for _ in range(2):
+        with Engine(EngineConfig(model=str(smollm_path), n_seq_max=1, n_ctx_per_seq=256)) as fresh:
+            runs.append(fresh.generate(chat("Invent a word.", sampling=params, max_tokens=16)))
+    assert runs[0].token_ids == runs[1].token_ids
+    assert runs[0].usage.completion_tokens > 0
 
 
 def test_raw_completion_with_token_ids(engine: Engine) -> None:
