@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "model", "unset") is None:
-        args.model = None if _env_model() else DEFAULT_MODEL
+    if getattr(args, "model", "unset") is None and not os.environ.get("LLAMACPP_MODEL"):
+        args.model = DEFAULT_MODEL
     try:
         return int(args.handler(args))
     except LlamaCppIntegrationError as error:
@@ -139,10 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def _env_model() -> bool:
-    return bool(os.environ.get("LLAMACPP_MODEL"))
 
 
 if __name__ == "__main__":

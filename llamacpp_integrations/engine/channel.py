@@ -59,6 +59,8 @@ class EventChannel:
     async def aget(self, alive: Callable[[], bool]) -> object:
         """Wait for the next event without blocking the event loop."""
         assert self._async is not None, "this channel was made for a thread, not an event loop"
+        if not self._async.empty():  # the common case mid-stream: no wait_for task per token
+            return self._async.get_nowait()
         while True:
             try:
                 return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)

@@ -159,11 +159,12 @@ class EngineCore:
         plan = self.scheduler.plan()
         if not plan.entries:
             return
+        entries = [entry for _, entry in plan.entries]
         try:
-            status = self.context.decode([entry for _, entry in plan.entries])
+            status = self.context.decode(entries)
             if status == DecodeStatus.NO_KV_SLOT:
                 self._drop_idle_caches()
-                status = self.context.decode([entry for _, entry in plan.entries])
+                status = self.context.decode(entries)
             if status == DecodeStatus.NO_KV_SLOT:
                 raise EngineError("the KV cache has no room for this step")
         except EngineError as error:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -14,8 +13,6 @@ if TYPE_CHECKING:
     from .sampler import SamplerChain
 
 __all__ = ["EmbedJob", "PreparedRequest"]
-
-_order = itertools.count()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +31,6 @@ class PreparedRequest:
     deadline: float | None
     channel: EventChannel = field(repr=False)
     sampler: SamplerChain | None = field(default=None, repr=False)
-    order: int = field(default_factory=lambda: next(_order))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,10 +53,6 @@ class SeqState:
 class StepPlan:
     entries: list[tuple[SeqState, BatchEntry]]
 
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(entry.tokens) for _, entry in self.entries)
-
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
@@ -88,8 +84,10 @@ class Scheduler:
         """
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
-        source = max(self.slots, key=lambda s: (common_prefix(s.cached, prompt), not s.busy))
-        shared = common_prefix(source.cached, prompt)
+        shared, _, source = max(
+            ((common_prefix(s.cached, prompt), not s.busy, s) for s in self.slots),
+            key=lambda candidate: candidate[:2],
+        )
         n_reused = min(shared, len(prompt) - 1)
         # Taking the source over loses nothing when all it holds is a prefix of this prompt.
         keeps_whole = shared == len(source.cached) or len(free) == 1

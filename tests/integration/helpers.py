@@ -52,6 +52,12 @@ def wait_for(
         time.sleep(0.01)
 
 
+def rss_bytes() -> int:
+    """Resident memory of this process."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
 def idle_and_freed(stats: EngineStats) -> bool:
     """Nothing runs, and every slot without cached tokens holds no KV cells."""
     return (

@@ -13,7 +13,7 @@ import pytest
 from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.errors import RequestCancelledError, RequestTimeoutError
 
-from .helpers import chat, idle_and_freed, wait_for
+from .helpers import chat, idle_and_freed, rss_bytes, wait_for
 
 LONG = "Tell me everything you know about the history of the Roman Empire. " * 40
 
@@ -118,11 +118,6 @@ def test_timeout_ends_the_request_with_its_partial_text(small_batch_engine: Engi
     _served_after(engine)
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096
-
-
 def test_a_hundred_cancellations_leave_memory_flat(small_batch_engine: Engine) -> None:
     engine = small_batch_engine
 
@@ -138,10 +133,10 @@ def test_a_hundred_cancellations_leave_memory_flat(small_batch_engine: Engine) -
 
     cancel_some(10)  # warm-up: allocator pools and caches reach their working size
     gc.collect()
-    before = _rss_bytes()
+    before = rss_bytes()
     cancel_some(100)
     gc.collect()
-    after = _rss_bytes()
+    after = rss_bytes()
     stats = wait_for(engine, idle_and_freed)
     assert idle_and_freed(stats)
     assert stats.waiting == 0

@@ -12,7 +12,7 @@ import pytest
 from llamacpp_integrations.engine import Engine, EngineConfig, live_engines, shared_engine
 from llamacpp_integrations.errors import ContextOverflowError, InvalidRequestError
 
-from .helpers import chat
+from .helpers import chat, rss_bytes
 
 TEXTS = [
     "The Nile flows north through Egypt into the Mediterranean Sea.",
@@ -83,21 +83,16 @@ def test_over_long_texts_follow_the_policy(smollm_path: Path) -> None:
             engine.embed("not a list")  # type: ignore[arg-type]
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096
-
-
 def test_registry_shares_one_engine_and_one_copy_of_the_weights(smollm_path: Path) -> None:
     config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512)
     chat_side = shared_engine(config)
-    before = _rss_bytes()
+    before = rss_bytes()
     embed_side = shared_engine(EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512))
     assert embed_side is chat_side
     assert len(embed_side.embed(["hello"])[0]) == 576
     assert chat_side.generate(chat("Hi", max_tokens=2)).usage.completion_tokens > 0
     # The weights are ~94 MiB: a second load would show; the embedding context is far smaller.
-    assert _rss_bytes() - before < 60 * 2**20
+    assert rss_bytes() - before < 60 * 2**20
     assert chat_side in live_engines()
     # Dropping every holder closes the engine and frees it.
     del chat_side, embed_side
