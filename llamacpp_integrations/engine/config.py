@@ -31,6 +31,12 @@ class EngineConfig:
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         n_threads: CPU threads for decoding; ``None`` uses every core.
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all).
+        flash_attention: Flash attention on, off, or ``None`` for llama.cpp's choice. Off by
+            default: on this project's 2-core CPUs it slowed a single stream as its context grew.
+        kv_unified: One KV buffer for all sequences instead of one per sequence. Unified shares
+            a cached prefix between sequences without copying, but every decoded token then
+            attends over every cached cell, idle slots' included, which slowed single streams
+            by a third here; split copies a shared prefix's stream instead.
         use_mmap: Map the weights instead of reading them into memory.
         weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
             types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
@@ -50,6 +56,8 @@ class EngineConfig:
     n_batch: int = 512
     n_threads: int | None = None
     n_gpu_layers: int = 0
+    flash_attention: bool | None = False
+    kv_unified: bool = False
     use_mmap: bool = True
     weight_repacking: bool | None = None
     max_queued: int = 256

@@ -158,7 +158,12 @@ class DecodeStatus:
 
 
 class GenerationContext:
-    """A context of ``n_seq_max`` sequences over one unified KV cache, fed by batched decodes."""
+    """A context of ``n_seq_max`` sequences, fed by batched decodes.
+
+    Each sequence holds ``n_ctx_per_seq`` cells. Split (the default), every sequence has a stream
+    of its own and attends over its own cells only; unified, all share one buffer, so a prefix can
+    be shared between sequences, but every token's attention spans every used cell.
+    """
 
     def __init__(
         self,
@@ -168,16 +173,22 @@ class GenerationContext:
         n_seq_max: int,
         n_batch: int,
         n_threads: int,
+        flash_attention: bool | None = None,
+        kv_unified: bool = False,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_per_seq * n_seq_max
+        params.flash_attn_type = {
+            None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[flash_attention]
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_seq_max = n_seq_max
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
-        # Unified: any sequence may use any cell, so one long chat does not starve on n_ctx/n_seq.
-        params.kv_unified = True
+        params.kv_unified = kv_unified
         params.no_perf = True
         ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not ctx:
@@ -185,6 +196,7 @@ class GenerationContext:
         self.model = model
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max
+        self.kv_unified = kv_unified
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
@@ -235,9 +247,17 @@ class GenerationContext:
         return bool(llama_cpp.llama_memory_seq_rm(self._memory, seq_id, start, -1))
 
     def share_prefix(self, src: int, dst: int, n_tokens: int) -> None:
-        """Let ``dst`` use the cells of ``src``'s first ``n_tokens`` positions (no copy: the
-        unified cache tags the same cells with both sequence ids)."""
-        llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)
+        """Give ``dst`` (emptied first) the cells of ``src``'s first ``n_tokens`` positions.
+
+        Unified, the same cells are tagged with both sequence ids (no copy). Split, llama.cpp
+        copies only whole streams, so the stream is copied and the copy cut back: a memory copy
+        of ``n_ctx_per_seq`` cells, still far cheaper than evaluating the prefix again.
+        """
+        if self.kv_unified:
+            llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)
+        else:
+            llama_cpp.llama_memory_seq_cp(self._memory, src, dst, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self._memory, dst, n_tokens, -1)
 
     def pos_range(self, seq_id: int) -> tuple[int, int]:
         """Smallest and largest cached position of a sequence, ``(-1, -1)`` when it is empty."""

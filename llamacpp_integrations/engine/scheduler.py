@@ -137,6 +137,9 @@ class Scheduler:
             done = start + len(chunk) == len(seq.prompt)
             entries.append((seq, BatchEntry(seq.slot.seq_id, chunk, start, done)))
             budget -= len(chunk)
+        # With one KV stream per sequence llama.cpp cuts a batch into micro-batches of
+        # consecutive sequence ids: in id order the decode tokens of a step make one, not many.
+        entries.sort(key=lambda pair: pair[1].seq_id)
         return StepPlan(entries)
 
     def decoded(self, plan: StepPlan) -> None:

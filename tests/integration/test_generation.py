@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from llamacpp_integrations.engine import (
     ChatMessage,
@@ -17,7 +20,7 @@ from llamacpp_integrations.engine import (
     SamplingParams,
 )
 
-from .helpers import QUESTIONS, chat
+from .helpers import GREEDY, QUESTIONS, chat
 
 
 def test_greedy_decoding_is_deterministic_alone(engine: Engine) -> None:
@@ -188,17 +191,39 @@ def test_second_turn_reuses_the_first_turns_cache(engine: Engine) -> None:
     assert second.usage.cached_prompt_tokens < second.usage.prompt_tokens
 
 
-def test_requests_sharing_a_system_prompt_share_its_cells(engine: Engine) -> None:
+@pytest.mark.parametrize("kv_unified", [False, True], ids=["split", "unified"])
+def test_requests_sharing_a_system_prompt_share_its_cells(
+    smollm_path: Path, kv_unified: bool
+) -> None:
+    """A new conversation reuses the system prompt another slot holds (tagged cells when the
+    KV cache is unified, a copied stream when it is split), and answers as if from scratch."""
     system = ChatMessage(role="system", content="You answer in French only. " * 15)
-    a = ChatRequest(messages=[system, ChatMessage(role="user", content="Hello")], max_tokens=4)
-    b = ChatRequest(messages=[system, ChatMessage(role="user", content="Goodbye")], max_tokens=4)
-    engine.generate(a)
-    second = engine.generate(b)
-    n_system = len(
-        engine.tokenize(
-            engine.render_chat(ChatRequest(messages=[system], add_generation_prompt=False)),
-            add_special=True,
-            parse_special=True,
+    users = ["Hello", "Goodbye", "Thank you", "Good night", "See you"]
+    requests = [
+        ChatRequest(
+            messages=[system, ChatMessage(role="user", content=u)], max_tokens=4, sampling=GREEDY
         )
-    )
-    assert second.usage.cached_prompt_tokens >= n_system - 1
+        for u in users
+    ]
+    config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=512)
+    fresh = []
+    for request in requests[1:]:
+        with Engine(replace(config, n_seq_max=1)) as alone:
+            fresh.append(alone.generate(request).token_ids)
+    with Engine(replace(config, kv_unified=kv_unified)) as engine:
+        n_system = len(
+            engine.tokenize(
+                engine.render_chat(ChatRequest(messages=[system], add_generation_prompt=False)),
+                add_special=True,
+                parse_special=True,
+            )
+        )
+        engine.generate(requests[0])
+        shared = [engine.generate(r) for r in requests[1:]]
+        stats = engine.stats()
+    for result in shared:
+        assert result.usage.cached_prompt_tokens >= n_system - 1
+    assert sum(slot.cached_tokens > 0 for slot in stats.slots) == 4  # shared, not overwritten
+    # Allow one near tie to round the other way, as in the cross-talk test.
+    agreeing = sum(r.token_ids[:2] == f[:2] for r, f in zip(shared, fresh, strict=True))
+    assert agreeing >= len(shared) - 1
