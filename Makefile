@@ -8,7 +8,7 @@ export LLAMACPP_INTEGRATIONS_MODELS ?= $(CURDIR)/.cache/models
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration bench clean
+.PHONY: install models demo test lint unit integration bench llama-server bench-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,26 @@ test: models lint
 
 bench: models
 	$(BIN)/python benchmarks/throughput.py
+
+# llama.cpp's own server, built from the sources vendored in the installed llama-cpp-python's
+# sdist (the same llama.cpp the engine runs), for the side-by-side benchmark only.
+LLAMA_SERVER_DIR := .cache/llama-server
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/build/bin/llama-server
+
+$(LLAMA_SERVER): | install
+	rm -rf $(LLAMA_SERVER_DIR) && mkdir -p $(LLAMA_SERVER_DIR)/src
+	$(BIN)/python -m pip download --quiet --no-binary :all: --no-deps -d $(LLAMA_SERVER_DIR)/src \
+		"llama-cpp-python==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
+	tar xzf $(LLAMA_SERVER_DIR)/src/*.tar.gz -C $(LLAMA_SERVER_DIR)/src
+	cmake -S $(LLAMA_SERVER_DIR)/src/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_SERVER_DIR)/build \
+		-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+	cmake --build $(LLAMA_SERVER_DIR)/build --target llama-server -j 2
+
+llama-server: $(LLAMA_SERVER)
+
+bench-server: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
