@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -187,3 +188,18 @@ def test_broken_template_is_a_template_error(engine: Engine) -> None:
 def test_every_error_is_a_package_error() -> None:
     for error in (ModelLoadError, InvalidRequestError, EngineOverloadedError, EngineClosedError):
         assert issubclass(error, LlamaCppIntegrationError)
+
+
+def test_llama_cpp_logs_go_to_python_logging(
+    smollm_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """llama.cpp's own lines reach the ``llamacpp_integrations.llama_cpp`` logger, not stderr."""
+    config = EngineConfig(model=str(smollm_path), n_seq_max=1, n_ctx_per_seq=256)
+    with (
+        caplog.at_level(logging.DEBUG, logger="llamacpp_integrations.llama_cpp"),
+        Engine(config) as engine,
+    ):
+        engine.generate(chat("Hi", max_tokens=2))
+    records = [r for r in caplog.records if r.name == "llamacpp_integrations.llama_cpp"]
+    assert any("llama" in r.getMessage() for r in records)
+    assert capfd.readouterr().err == ""
