@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -227,3 +229,31 @@ def test_requests_sharing_a_system_prompt_share_its_cells(
     # Allow one near tie to round the other way, as in the cross-talk test.
     agreeing = sum(r.token_ids[:2] == f[:2] for r, f in zip(shared, fresh, strict=True))
     assert agreeing >= len(shared) - 1
+
+
+def test_a_long_prompt_is_chunked_so_running_streams_keep_flowing(smollm_path: Path) -> None:
+    config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=2048, n_batch=64)
+    with Engine(config) as engine:
+        stream = engine.submit(chat("Write a long essay.", max_tokens=1500, ignore_eos=True))
+        arrivals: list[float] = []
+
+        def read() -> None:
+            for _ in stream:
+                arrivals.append(time.perf_counter())
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        while len(arrivals) < 5:
+            time.sleep(0.01)
+        started = time.perf_counter()
+        long_prompt = "Summarise the history of Rome in detail. " * 80
+        result = engine.generate(chat(long_prompt, max_tokens=1))
+        finished = time.perf_counter()
+        stream.cancel()
+        reader.join()
+    assert result.usage.prompt_tokens > 640  # more than ten steps of 64 tokens
+    during = [t for t in arrivals if started <= t <= finished]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    assert len(during) >= 5, "the stream stalled while the long prompt was read"
+    # Unchunked, the stream would wait for the whole prompt in one step.
+    assert max(gaps) < 0.5 * result.timings.prompt_eval_s, (max(gaps), result.timings)
