@@ -4,7 +4,8 @@
 count, greedy, every request runs to exactly ``--max-tokens`` (``ignore_eos``). Each level starts N
 streaming requests at once (the server over HTTP on 127.0.0.1, ours through ``astream`` in this
 process) and reports aggregate generated tokens/s and time to first token. The two never run at the
-same time: the server is started, measured and stopped, then ours is measured.
+same time: runs alternate (``--repeat K`` reports the median of K each), and each side's threads
+sleep while the other works.
 
 The server binary is not part of the package; ``make llama-server`` builds it from the llama.cpp
 sources vendored in llama-cpp-python's sdist (the same llama.cpp our engine runs). Where the CPU
@@ -25,9 +26,18 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
-from throughput import QUESTIONS, WARMUP, BatchResult, median_of, ms, our_request, ours_batch_sync
+from throughput import (
+    QUESTIONS,
+    WARMUP,
+    BatchResult,
+    alternate,
+    ms,
+    our_request,
+    ours_batch_sync,
+)
 
 from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.engine.runner import cpu_advertises_amx
@@ -138,29 +148,24 @@ def main() -> None:
     threads = os.cpu_count() or 1
     slots, n_ctx_per_seq = max(levels), 1024
 
-    server: dict[int, BatchResult] = {}
-    engine = Engine(EngineConfig(model=args.model, n_seq_max=slots, n_ctx_per_seq=n_ctx_per_seq))
-    model_path = engine.info.path
-    engine.close()
+    config = EngineConfig(model=args.model, n_seq_max=slots, n_ctx_per_seq=n_ctx_per_seq)
+    results: dict[int, tuple[BatchResult, BatchResult]] = {}
     mirror = not args.server_defaults
-    process = start_server(args.server, model_path, threads, slots, n_ctx_per_seq, mirror)
-    try:
-        server_request(WARMUP, 8, time.perf_counter())
-        for n in levels:
-            server[n] = median_of([server_batch(n, args.max_tokens) for _ in range(args.repeat)])
-    finally:
-        process.terminate()
-        process.wait()
-
-    ours: dict[int, BatchResult] = {}
-    with Engine(
-        EngineConfig(model=args.model, n_seq_max=slots, n_ctx_per_seq=n_ctx_per_seq)
-    ) as engine:
-        engine.generate(our_request(WARMUP, 8))
-        for n in levels:
-            ours[n] = median_of(
-                [ours_batch_sync(engine, n, args.max_tokens) for _ in range(args.repeat)]
-            )
+    with Engine(config) as engine:
+        process = start_server(args.server, engine.info.path, threads, slots, n_ctx_per_seq, mirror)
+        try:
+            engine.generate(our_request(WARMUP, 8))
+            server_request(WARMUP, 8, time.perf_counter())
+            # Alternating, so the drift of a noisy machine hits both sides alike.
+            for n in levels:
+                results[n] = alternate(
+                    args.repeat,
+                    partial(ours_batch_sync, engine, n, args.max_tokens),
+                    partial(server_batch, n, args.max_tokens),
+                )
+        finally:
+            process.terminate()
+            process.wait()
 
     print("# Our engine (in-process) vs llama.cpp's llama-server (C++, HTTP), same llama.cpp\n")
     print(
@@ -179,7 +184,7 @@ def main() -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in levels:
-        o, s = ours[n], server[n]
+        o, s = results[n]
         print(
             f"| {n} | {o.tok_s:.1f} | {s.tok_s:.1f} | {o.tok_s / s.tok_s:.2f}x "
             f"| {ms(o.mean_ttft_s)} | {ms(s.mean_ttft_s)} | {o.tokens}/{s.tokens} |"
