@@ -31,8 +31,9 @@ class EngineConfig:
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         n_threads: CPU threads for decoding; ``None`` uses every core.
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all).
-        flash_attention: Flash attention on, off, or ``None`` for llama.cpp's choice. Off by
-            default: on this project's 2-core CPUs it slowed a single stream as its context grew.
+        flash_attention: Flash attention on or off. ``None`` leaves it off on the CPU (there it
+            slowed a single stream as its context grew, measured on 2 cores) and to llama.cpp's
+            choice when layers are offloaded to a GPU.
         kv_unified: One KV buffer for all sequences instead of one per sequence. Unified shares
             a cached prefix between sequences without copying, but every decoded token then
             attends over every cached cell, idle slots' included, which slowed single streams
@@ -56,7 +57,7 @@ class EngineConfig:
     n_batch: int = 512
     n_threads: int | None = None
     n_gpu_layers: int = 0
-    flash_attention: bool | None = False
+    flash_attention: bool | None = None
     kv_unified: bool = False
     use_mmap: bool = True
     weight_repacking: bool | None = None
@@ -80,6 +81,13 @@ class EngineConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise InvalidRequestError(f"invalid EngineConfig values: {', '.join(bad)}")
+
+    @property
+    def use_flash_attention(self) -> bool | None:
+        """``flash_attention`` resolved: a bool, or ``None`` for llama.cpp's own choice."""
+        if self.flash_attention is None and self.n_gpu_layers == 0:
+            return False
+        return self.flash_attention
 
     @property
     def threads(self) -> int:

@@ -82,7 +82,7 @@ class EngineCore:
             n_seq_max=config.n_seq_max,
             n_batch=config.n_batch,
             n_threads=config.threads,
-            flash_attention=config.flash_attention,
+            flash_attention=config.use_flash_attention,
             kv_unified=config.kv_unified,
         )
         self.scheduler = Scheduler(config.n_seq_max, config.n_batch)

@@ -173,13 +173,13 @@ class GenerationContext:
         n_seq_max: int,
         n_batch: int,
         n_threads: int,
-        flash_attention: bool | None = None,
-        kv_unified: bool = False,
+        flash_attention: bool | None,
+        kv_unified: bool,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx_per_seq * n_seq_max
         params.flash_attn_type = {
-            None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # llama.cpp decides
             True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
             False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }[flash_attention]

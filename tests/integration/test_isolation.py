@@ -47,10 +47,15 @@ def _sequences(engine: Engine) -> list[tuple[list[int], list[int]]]:
 def test_batched_sequences_agree_with_solo_ones(engine: Engine, model: LoadedModel) -> None:
     sequences = _sequences(engine)
     n_total = sum(len(p) + len(c) for p, c in sequences)
-    batched_ctx = GenerationContext(
-        model, n_ctx_per_seq=512, n_seq_max=N_SEQ, n_batch=n_total, n_threads=2
-    )
-    solo_ctx = GenerationContext(model, n_ctx_per_seq=512, n_seq_max=1, n_batch=512, n_threads=2)
+    # The engine's own attention and KV layout settings, so the check covers what it runs.
+    layout = {
+        "flash_attention": engine.config.use_flash_attention,
+        "kv_unified": engine.config.kv_unified,
+        "n_threads": engine.config.threads,
+        "n_ctx_per_seq": 512,
+    }
+    batched_ctx = GenerationContext(model, n_seq_max=N_SEQ, n_batch=n_total, **layout)
+    solo_ctx = GenerationContext(model, n_seq_max=1, n_batch=512, **layout)
     try:
         entries = [
             BatchEntry(seq_id, [*p, *c], 0, logits_last=False, logits_all=True)

@@ -1,0 +1,26 @@
+"""EngineConfig validation and derived settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamacpp_integrations.engine import EngineConfig
+from llamacpp_integrations.errors import InvalidRequestError
+
+
+def test_flash_attention_defaults_off_on_cpu_and_to_llama_cpp_with_a_gpu() -> None:
+    assert EngineConfig().use_flash_attention is False
+    assert EngineConfig(n_gpu_layers=-1).use_flash_attention is None
+    assert EngineConfig(flash_attention=True).use_flash_attention is True
+
+
+def test_bad_values_are_named() -> None:
+    with pytest.raises(InvalidRequestError, match="n_seq_max"):
+        EngineConfig(n_seq_max=0)
+    with pytest.raises(InvalidRequestError, match="n_batch"):
+        EngineConfig(n_batch=1)
+
+
+def test_configs_are_hashable_keys() -> None:
+    assert {EngineConfig(model="a"): 1}[EngineConfig(model="a")] == 1
+    assert EngineConfig(model="a") != EngineConfig(model="a", kv_unified=True)
