@@ -6,11 +6,13 @@ The tree::
     ├── ModelLoadError                  missing / truncated / non-GGUF file, llama.cpp refused it
     ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
     │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
-    │   └── ChatTemplateError           no chat template, or the template failed to render
+    │   ├── ChatTemplateError           no chat template, or the template failed to render
+    │   └── SchemaNotSupportedError     a JSON schema part no grammar here can express
     ├── EngineOverloadedError           the admission queue stayed full
     ├── EngineClosedError               the engine was closed (or its worker died)
     ├── RequestCancelledError           the request was cancelled before it finished
     ├── RequestTimeoutError (TimeoutError)  the request ran past its own timeout
+    ├── OutputTruncatedError            max_tokens ended a structured answer before it was whole
     └── EngineError                     llama.cpp failed while serving the request
 
 Errors that belong to one request carry its ``request_id``; the ones that end a request part-way
@@ -28,8 +30,10 @@ __all__ = [
     "InvalidRequestError",
     "LlamaCppIntegrationError",
     "ModelLoadError",
+    "OutputTruncatedError",
     "RequestCancelledError",
     "RequestTimeoutError",
+    "SchemaNotSupportedError",
 ]
 
 
@@ -74,6 +78,14 @@ class ChatTemplateError(InvalidRequestError):
     """The model has no chat template (and none was given), or rendering it failed."""
 
 
+class SchemaNotSupportedError(InvalidRequestError):
+    """A JSON schema uses something the grammar converter cannot express; ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str, request_id: str | None = None) -> None:
+        super().__init__(f"{message} (at {path})", request_id=request_id)
+        self.path = path
+
+
 class EngineOverloadedError(LlamaCppIntegrationError):
     """The admission queue was full for as long as the caller was willing to wait."""
 
@@ -100,3 +112,7 @@ class RequestTimeoutError(_PartialResultError, TimeoutError):
 
 class EngineError(_PartialResultError):
     """llama.cpp reported a failure while serving this request; other requests go on."""
+
+
+class OutputTruncatedError(_PartialResultError):
+    """Generation stopped at ``max_tokens`` inside a structured answer; ``partial_text`` has it."""
