@@ -240,6 +240,11 @@ class GenerationContext:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
 
+    def logits_view(self, index: int) -> npt.NDArray[np.float32]:
+        """The logits row ``index`` of the last decode, without copying (valid until the next)."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
     def remove(self, seq_id: int, start: int = 0) -> bool:
         """Drop the sequence's cells from position ``start`` on; False if that part can't go."""
         if start <= 0:

@@ -1,8 +1,19 @@
-"""One request's sampler chain in llama.cpp (grammar, penalties, bias, truncation, temperature)."""
+"""One request's samplers in llama.cpp: penalties, bias, truncation, temperature, and a grammar.
+
+The grammar is kept out of the chain. Applying a GBNF grammar to every token of the vocabulary
+costs far more than a decode step, so (as llama.cpp's own sampling helper does) the chain picks a
+token first and only that token is checked against the grammar; the whole vocabulary is filtered
+by the grammar only when the pick is rejected, and the chain then picks again among what is left.
+Penalties see only what this request generated (the prompt is not fed to them).
+"""
 
 from __future__ import annotations
 
+import ctypes
+import math
+
 import llama_cpp
+import numpy as np
 
 from ..errors import InvalidRequestError
 from .runner import GenerationContext, LoadedModel
@@ -10,13 +21,12 @@ from .types import SamplingParams
 
 __all__ = ["SamplerChain"]
 
+# The layout of llama_token_data, so a numpy array can be handed to llama.cpp without copying.
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
 
 class SamplerChain:
-    """A ``llama_sampler`` chain owned by one request; sampling also accepts the token.
-
-    The grammar goes first so truncation samplers only ever see tokens the grammar allows; the
-    penalties see only what this request generated (the prompt is not fed to them).
-    """
+    """The samplers owned by one request; ``sample`` also accepts the token it returns."""
 
     def __init__(
         self,
@@ -29,8 +39,23 @@ class SamplerChain:
         chain_params = llama_cpp.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
+        self._grammar = None
         try:
-            self._build(model, params, grammar, request_id)
+            self._build(model, params)
+            if grammar is not None:
+                self._grammar = llama_cpp.llama_sampler_init_grammar(
+                    model.vocab, grammar.encode("utf-8"), b"root"
+                )
+                if not self._grammar:
+                    raise InvalidRequestError(
+                        "the GBNF grammar does not parse (llama.cpp's parser names the line in "
+                        "the debug log of 'llamacpp_integrations.llama_cpp')",
+                        request_id=request_id,
+                    )
+                self._candidates = np.empty(model.n_vocab, dtype=_TOKEN_DATA)
+                self._candidates["id"] = np.arange(model.n_vocab, dtype=np.int32)
+                self._one = np.empty(1, dtype=_TOKEN_DATA)
+                self._n_vocab = model.n_vocab
         except BaseException:
             self.close()
             raise
@@ -40,13 +65,7 @@ class SamplerChain:
             raise InvalidRequestError("llama.cpp refused a sampler setting")
         llama_cpp.llama_sampler_chain_add(self._chain, sampler)
 
-    def _build(
-        self,
-        model: LoadedModel,
-        params: SamplingParams,
-        grammar: str | None,
-        request_id: str | None,
-    ) -> None:
+    def _build(self, model: LoadedModel, params: SamplingParams) -> None:
         if params.logit_bias:
             items = list(params.logit_bias.items())
             array = (llama_cpp.llama_logit_bias * len(items))()
@@ -54,17 +73,6 @@ class SamplerChain:
                 slot.token = token
                 slot.bias = bias
             self._add(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(items), array))
-        if grammar is not None:
-            sampler = llama_cpp.llama_sampler_init_grammar(
-                model.vocab, grammar.encode("utf-8"), b"root"
-            )
-            if not sampler:
-                raise InvalidRequestError(
-                    "the GBNF grammar does not parse (llama.cpp's parser names the line in the "
-                    "debug log of 'llamacpp_integrations.llama_cpp')",
-                    request_id=request_id,
-                )
-            self._add(sampler)
         penalties_on = (
             params.repeat_penalty != 1.0
             or params.presence_penalty != 0.0
@@ -95,12 +103,48 @@ class SamplerChain:
 
     def sample(self, context: GenerationContext, logits_index: int) -> int:
         """Pick (and accept) the next token from row ``logits_index`` of the last decode."""
-        return int(llama_cpp.llama_sampler_sample(self._chain, context.handle, logits_index))
+        if self._grammar is None:
+            return int(llama_cpp.llama_sampler_sample(self._chain, context.handle, logits_index))
+        logits = context.logits_view(logits_index)
+        token = self._pick(logits, through_grammar=False)
+        if not self._grammar_allows(token, float(logits[token])):
+            token = self._pick(logits, through_grammar=True)
+        llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self._chain, token)
+        return token
+
+    def _pick(self, logits: np.ndarray, *, through_grammar: bool) -> int:
+        candidates = self._candidates
+        candidates["logit"] = logits
+        candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)  # the chain may sort
+        array = _as_token_data_array(candidates)
+        if through_grammar:
+            llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(array))
+        llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(array))
+        return int(candidates["id"][array.selected])
+
+    def _grammar_allows(self, token: int, logit: float) -> bool:
+        one = self._one
+        one["id"], one["logit"], one["p"] = token, logit, 0.0
+        array = _as_token_data_array(one)
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(array))
+        return not math.isinf(float(one["logit"][0]))
 
     def __del__(self) -> None:
-        self.close()  # a request dropped before the worker saw it still frees its chain
+        self.close()  # a request dropped before the worker saw it still frees its samplers
 
     def close(self) -> None:
-        if getattr(self, "_chain", None):
-            llama_cpp.llama_sampler_free(self._chain)
-            self._chain = None
+        for name in ("_chain", "_grammar"):
+            sampler = getattr(self, name, None)
+            if sampler:
+                llama_cpp.llama_sampler_free(sampler)
+                setattr(self, name, None)
+
+
+def _as_token_data_array(candidates: np.ndarray) -> llama_cpp.llama_token_data_array:
+    return llama_cpp.llama_token_data_array(
+        data=candidates.ctypes.data_as(llama_cpp.llama_token_data_p),
+        size=len(candidates),
+        selected=-1,
+        sorted=False,
+    )
