@@ -1,0 +1,75 @@
+"""Structured output on the real model: every finished answer parses and validates."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, Field
+
+from llamacpp_integrations.engine import ChatMessage, ChatRequest, Engine, SamplingParams
+from llamacpp_integrations.errors import OutputTruncatedError
+from llamacpp_integrations.tools.structured import agenerate_structured, generate_structured
+
+from .helpers import QUESTIONS
+
+
+class Address(BaseModel):
+    city: str = Field(max_length=40)
+    country_code: str = Field(min_length=2, max_length=2)
+
+
+class Person(BaseModel):
+    name: str = Field(min_length=1, max_length=40)
+    age: int = Field(ge=0, le=120)
+    email: str | None = None
+    tags: list[str] = Field(default_factory=list, max_length=3)
+    address: Address
+
+
+def _ask(text: str, seed: int) -> ChatRequest:
+    return ChatRequest(
+        messages=[ChatMessage(role="user", content=text)],
+        max_tokens=200,
+        sampling=SamplingParams(temperature=0.8, seed=seed),
+    )
+
+
+def test_nested_pydantic_model_is_valid_on_twenty_prompts(engine: Engine) -> None:
+    schema = Person.model_json_schema()
+    stopped = 0
+    for seed, question in enumerate([*QUESTIONS, *QUESTIONS[:4]]):
+        try:
+            result = generate_structured(
+                engine,
+                _ask(f"Describe a person related to: {question} Answer in JSON.", seed),
+                schema,
+            )
+        except OutputTruncatedError:
+            continue
+        stopped += 1
+        person = Person.model_validate(result.value)
+        assert 0 <= person.age <= 120
+    assert stopped >= 16, f"only {stopped} of 20 answers finished within max_tokens"
+
+
+async def test_json_mode_returns_an_object(engine: Engine) -> None:
+    result = await agenerate_structured(engine, _ask("Give me a JSON object about a cat.", 3), None)
+    assert isinstance(result.value, dict)
+
+
+def test_running_out_of_tokens_raises_with_the_partial_text(engine: Engine) -> None:
+    request = _ask("Describe a person in JSON.", 1)
+    short = ChatRequest(messages=request.messages, max_tokens=3, sampling=request.sampling)
+    with pytest.raises(OutputTruncatedError) as caught:
+        generate_structured(engine, short, Person.model_json_schema())
+    assert caught.value.partial_text.startswith("{")
+
+
+def test_stop_strings_cannot_cut_the_document(engine: Engine) -> None:
+    request = ChatRequest(
+        messages=[ChatMessage(role="user", content="A city in JSON.")],
+        max_tokens=120,
+        stop=["}", '"'],
+        sampling=SamplingParams(temperature=0),
+    )
+    result = generate_structured(engine, request, Address.model_json_schema())
+    Address.model_validate(result.value)
