@@ -13,6 +13,7 @@ The tree::
     ├── RequestCancelledError           the request was cancelled before it finished
     ├── RequestTimeoutError (TimeoutError)  the request ran past its own timeout
     ├── OutputTruncatedError            max_tokens ended a structured answer before it was whole
+    ├── ToolCallParseError              model text claimed to be a tool call but is not a valid one
     └── EngineError                     llama.cpp failed while serving the request
 
 Errors that belong to one request carry its ``request_id``; the ones that end a request part-way
@@ -34,6 +35,7 @@ __all__ = [
     "RequestCancelledError",
     "RequestTimeoutError",
     "SchemaNotSupportedError",
+    "ToolCallParseError",
 ]
 
 
@@ -116,3 +118,25 @@ class EngineError(_PartialResultError):
 
 class OutputTruncatedError(_PartialResultError):
     """Generation stopped at ``max_tokens`` inside a structured answer; ``partial_text`` has it."""
+
+
+class ToolCallParseError(_PartialResultError):
+    """Text that opens a tool call is not a well-formed one (unconstrained output only).
+
+    ``partial_text`` holds the whole text; ``position`` is the offset where parsing failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: int,
+        request_id: str | None = None,
+        partial_text: str = "",
+    ) -> None:
+        super().__init__(
+            f"{message} (at character {position})",
+            request_id=request_id,
+            partial_text=partial_text,
+        )
+        self.position = position

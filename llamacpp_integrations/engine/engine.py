@@ -297,6 +297,7 @@ class Engine:
                 self._model,
                 request.sampling,
                 grammar=request.grammar,
+                grammar_triggers=request.grammar_triggers,
                 request_id=request.request_id,
             ),
         )

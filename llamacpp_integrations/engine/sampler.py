@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+from typing import Any
+from collections.abc import Sequence
 
 import llama_cpp
 import numpy as np
@@ -34,6 +36,7 @@ class SamplerChain:
         params: SamplingParams,
         *,
         grammar: str | None = None,
+        grammar_triggers: Sequence[str] = (),
         request_id: str | None = None,
     ) -> None:
         chain_params = llama_cpp.llama_sampler_chain_default_params()
@@ -43,9 +46,7 @@ class SamplerChain:
         try:
             self._build(model, params)
             if grammar is not None:
-                self._grammar = llama_cpp.llama_sampler_init_grammar(
-                    model.vocab, grammar.encode("utf-8"), b"root"
-                )
+                self._grammar = _init_grammar(model, grammar, grammar_triggers)
                 if not self._grammar:
                     raise InvalidRequestError(
                         "the GBNF grammar does not parse (llama.cpp's parser names the line in "
@@ -139,6 +140,23 @@ class SamplerChain:
             if sampler:
                 llama_cpp.llama_sampler_free(sampler)
                 setattr(self, name, None)
+
+
+def _init_grammar(model: LoadedModel, grammar: str, triggers: Sequence[str]) -> Any:
+    if not triggers:
+        return llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
+    # A lazy grammar: llama.cpp leaves the output free until a pattern matches, then replays
+    # the matched text into the grammar and constrains from there (see GenerationRequest).
+    patterns = (ctypes.c_char_p * len(triggers))(*(t.encode("utf-8") for t in triggers))
+    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        model.vocab,
+        grammar.encode("utf-8"),
+        b"root",
+        patterns,
+        len(triggers),
+        (llama_cpp.llama_token * 0)(),
+        0,
+    )
 
 
 def _as_token_data_array(candidates: np.ndarray) -> llama_cpp.llama_token_data_array:

@@ -7,6 +7,7 @@ either framework or about llama.cpp.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,11 @@ class GenerationRequest:
         max_tokens: Most tokens to generate; ``None`` runs to the end of the sequence's context.
         stop: Strings that end generation; they are never part of the returned text.
         grammar: A GBNF grammar the output must follow (root rule ``root``).
+        grammar_triggers: Regular expressions (ECMAScript syntax, as llama.cpp's ``std::regex``)
+            that make ``grammar`` lazy: output is free until one of them matches the text
+            generated so far, then the grammar constrains everything from the match (from its
+            first capture group, if it has one) on. A pattern written ``^...$`` must match the
+            whole output so far; any other pattern may match anywhere in it.
         ignore_eos: Keep generating past end-of-generation tokens (benchmarks).
         timeout: Seconds from submission after which the request fails with a timeout.
         special: Render special tokens (control markers) into the text.
@@ -134,6 +140,7 @@ class GenerationRequest:
     max_tokens: int | None = None
     stop: Sequence[str] = ()
     grammar: str | None = None
+    grammar_triggers: Sequence[str] = ()
     ignore_eos: bool = False
     timeout: float | None = None
     special: bool = False
@@ -152,8 +159,33 @@ class GenerationRequest:
             problems.append("timeout must be > 0 seconds")
         if self.grammar is not None and not self.grammar.strip():
             problems.append("grammar is empty")
+        if isinstance(self.grammar_triggers, str):
+            problems.append("grammar_triggers must be a sequence of patterns, not one string")
+        elif self.grammar_triggers:
+            if self.grammar is None:
+                problems.append("grammar_triggers need a grammar")
+            problems += [
+                f"grammar trigger {pattern!r} is not a valid regular expression"
+                for pattern in self.grammar_triggers
+                if not _is_regex(pattern)
+            ]
         if problems:
             raise InvalidRequestError("; ".join(problems), request_id=self.request_id)
+
+
+def _is_regex(pattern: object) -> bool:
+    # Python's re is close enough to ECMAScript for the patterns people write here; checking
+    # up front turns what would be a C++ exception inside llama.cpp into a clear error.
+    if not isinstance(pattern, str) or not pattern:
+        return False
+    # Constructs Python has and C++'s ECMAScript regex lacks (it would throw inside llama.cpp).
+    if any(construct in pattern for construct in ("(?P", "(?<", "\\A", "\\Z", "(?#")):
+        return False
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -221,9 +221,9 @@ def _non_negative_int(schema: Mapping[str, Any], key: str, path: str) -> int | N
 
 
 class _Converter:
-    def __init__(self, root: Mapping[str, Any] | bool) -> None:
+    def __init__(self, root: Mapping[str, Any] | bool, rules: _Rules | None = None) -> None:
         self._root = root
-        self.rules = _Rules()
+        self.rules = _Rules() if rules is None else rules
         self._ref_rules: dict[str, str] = {}
         # $ref targets entered since the output last consumed a character (left recursion guard)
         self._unconsumed: list[str] = []
@@ -702,6 +702,16 @@ def schema_to_gbnf(schema: Mapping[str, Any] | bool) -> str:
     converter = _Converter(schema)
     root = converter.visit(schema, "#", "root-value")
     return converter.rules.render(root)
+
+
+def schema_rule(rules: _Rules, schema: Mapping[str, Any] | bool, hint: str) -> str:
+    """Add the rules for ``schema`` to ``rules`` (a grammar being assembled) and name its rule.
+
+    ``$ref`` pointers resolve against ``schema`` itself, so several schemas can share one
+    grammar (the arguments of several tools). Raises ``SchemaNotSupportedError`` as
+    :func:`schema_to_gbnf` does.
+    """
+    return _Converter(schema, rules).visit(schema, "#", hint)
 
 
 def json_object_gbnf() -> str:

@@ -1,0 +1,319 @@
+"""Chat with tools on the engine: plan the request, generate, and read the calls back.
+
+:func:`plan_tool_request` turns a chat request plus tools and a tool choice into an engine
+request: the prompt (by the template when it knows tools, by our instructions otherwise) and the
+grammar that makes every call well-formed:
+
+===============  =========================================  ====================================
+tool_choice      template knows tools (native syntax)       template knows no tools (fallback)
+===============  =========================================  ====================================
+``none``         no tools shown, nothing parsed             no tools shown, nothing parsed
+``auto``         free text; a lazy grammar takes over at    the answer is text without the call
+                 the syntax's call marker                   marker, or calls (one grammar)
+``required``     calls only, from the first token           calls only, from the first token
+a tool name      one call of that tool only                 one call of that tool only
+===============  =========================================  ====================================
+
+Stop strings are dropped whenever calls may be generated: met inside a call they would cut it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..engine import ChatRequest, Completion, Engine, StreamChunk, Timings, Usage
+from ..engine.chat_template import messages_to_dicts
+from ..errors import OutputTruncatedError, ToolCallParseError
+from .call_syntax import TOOL_CALL_LIST, CallSyntax
+from .tool_grammar import tool_calls_gbnf
+from .tool_parser import ParsedOutput, ToolCallStream
+from .tool_prompt import (
+    TemplateToolSupport,
+    detect_tool_support,
+    fallback_history,
+    native_history,
+    with_tool_instructions,
+)
+from .tool_spec import (
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolSpec,
+    normalize_tool_choice,
+    normalize_tools,
+)
+
+__all__ = [
+    "ToolCallPlan",
+    "ToolCallResult",
+    "ToolStreamChunk",
+    "agenerate_with_tools",
+    "astream_with_tools",
+    "generate_with_tools",
+    "plan_tool_request",
+    "stream_with_tools",
+]
+
+Tools = Sequence[ToolSpec | Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class ToolCallPlan:
+    """An engine request ready to submit, and how to read its answer.
+
+    ``syntax`` is ``None`` when no call can come back (``tool_choice="none"``).
+    """
+
+    request: ChatRequest
+    syntax: CallSyntax | None
+    tools: tuple[ToolSpec, ...]
+    choice: ToolChoice
+    native: bool
+
+
+@dataclass(frozen=True)
+class ToolCallResult:
+    """A finished answer: reply text, calls (each naming an offered tool), and the completion."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    completion: Completion
+
+    @property
+    def finish_reason(self) -> str:
+        """``"tool_calls"`` when the answer calls tools, else the completion's reason."""
+        return "tool_calls" if self.tool_calls else self.completion.finish_reason
+
+
+@dataclass(frozen=True)
+class ToolStreamChunk:
+    """One streamed piece: reply text and call deltas. The last chunk has ``finish_reason``,
+    ``usage``, ``timings`` and every finished call in ``tool_calls``."""
+
+    request_id: str
+    text: str
+    tool_call_deltas: tuple[ToolCallDelta, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+def plan_tool_request(
+    engine: Engine,
+    request: ChatRequest,
+    tools: Tools,
+    *,
+    tool_choice: object = "auto",
+    parallel_tool_calls: bool = True,
+    support: TemplateToolSupport | None = None,
+) -> ToolCallPlan:
+    """The engine request for ``request`` with ``tools`` offered under ``tool_choice``.
+
+    ``support`` (from :func:`detect_tool_support`) may be passed to skip probing the template.
+
+    Raises:
+        InvalidRequestError: bad tools or tool choice (names the problem).
+        SchemaNotSupportedError: a tool's parameter schema cannot be expressed as a grammar.
+        ChatTemplateError: the model has no chat template.
+    """
+    specs = tuple(normalize_tools(tools))
+    choice = normalize_tool_choice(tool_choice, specs)
+    if support is None:
+        support = detect_tool_support(engine, request.chat_template)
+    messages = messages_to_dicts(request.messages)
+    native = support.syntax is not None
+    syntax = support.syntax or TOOL_CALL_LIST
+    messages = native_history(messages, syntax) if native else fallback_history(messages)
+    if choice.mode == "none":
+        planned = replace(request, messages=messages, tools=None)
+        return ToolCallPlan(planned, None, specs, choice, native)
+    callable_tools = [t for t in specs if choice.name in (None, t.name)]
+    parallel = parallel_tool_calls and choice.name is None
+    grammar = tool_calls_gbnf(
+        callable_tools, syntax, parallel=parallel, allow_text=not native and not choice.must_call
+    )
+    triggers = syntax.trigger_patterns() if native and not choice.must_call else ()
+    if native:
+        shown_tools: list[dict[str, Any]] | None = [t.to_openai() for t in specs]
+    else:
+        shown_tools = None
+        messages = with_tool_instructions(messages, specs, choice, parallel)
+    planned = replace(
+        request,
+        messages=messages,
+        tools=shown_tools,
+        grammar=grammar,
+        grammar_triggers=triggers,
+        stop=(),
+        special=request.special or (native and syntax.special_markers),
+    )
+    return ToolCallPlan(planned, syntax, specs, choice, native)
+
+
+# -- reading answers -----------------------------------------------------------------------------
+
+
+def _finish(
+    plan: ToolCallPlan, stream: ToolCallStream, request_id: str, finish_reason: str
+) -> tuple[str, list[ToolCallDelta], ParsedOutput]:
+    try:
+        content, deltas, parsed = stream.finish()
+    except ToolCallParseError as error:
+        error.request_id = request_id
+        if finish_reason == "length":
+            raise OutputTruncatedError(
+                "max_tokens ended the answer inside a tool call",
+                request_id=request_id,
+                partial_text=stream.text,
+            ) from error
+        raise
+    offered = {tool.name for tool in plan.tools}
+    for call in parsed.tool_calls:
+        if call.name not in offered:
+            raise ToolCallParseError(
+                f"the model called {call.name!r}, which is not an offered tool",
+                position=0,
+                request_id=request_id,
+                partial_text=stream.text,
+            )
+    return content, deltas, parsed
+
+
+def _read(plan: ToolCallPlan, completion: Completion) -> ToolCallResult:
+    if plan.syntax is None:
+        return ToolCallResult(completion.text, (), completion)
+    stream = ToolCallStream(plan.syntax)
+    stream.feed(completion.text)
+    _, _, parsed = _finish(plan, stream, completion.request_id, completion.finish_reason)
+    return ToolCallResult(parsed.content, parsed.tool_calls, completion)
+
+
+class _StreamReader:
+    """Turns engine chunks into tool stream chunks."""
+
+    def __init__(self, plan: ToolCallPlan) -> None:
+        self._plan = plan
+        self._stream = ToolCallStream(plan.syntax) if plan.syntax is not None else None
+
+    def read(self, chunk: StreamChunk) -> ToolStreamChunk | None:
+        if self._stream is None:
+            return ToolStreamChunk(
+                chunk.request_id, chunk.text, (), chunk.finish_reason, chunk.usage, chunk.timings
+            )
+        text, deltas = self._stream.feed(chunk.text)
+        if chunk.finish_reason is None:
+            return (
+                ToolStreamChunk(chunk.request_id, text, tuple(deltas)) if text or deltas else None
+            )
+        more_text, more_deltas, parsed = _finish(
+            self._plan, self._stream, chunk.request_id, chunk.finish_reason
+        )
+        return ToolStreamChunk(
+            chunk.request_id,
+            text + more_text,
+            tuple(deltas + more_deltas),
+            "tool_calls" if parsed.tool_calls else chunk.finish_reason,
+            chunk.usage,
+            chunk.timings,
+            parsed.tool_calls,
+        )
+
+
+def generate_with_tools(
+    engine: Engine,
+    request: ChatRequest,
+    tools: Tools,
+    *,
+    tool_choice: object = "auto",
+    parallel_tool_calls: bool = True,
+    support: TemplateToolSupport | None = None,
+) -> ToolCallResult:
+    """Generate an answer that may call ``tools`` (see :func:`plan_tool_request`).
+
+    Raises:
+        OutputTruncatedError: ``max_tokens`` ended the answer inside a call.
+    """
+    plan = plan_tool_request(
+        engine,
+        request,
+        tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        support=support,
+    )
+    return _read(plan, engine.generate(plan.request))
+
+
+async def agenerate_with_tools(
+    engine: Engine,
+    request: ChatRequest,
+    tools: Tools,
+    *,
+    tool_choice: object = "auto",
+    parallel_tool_calls: bool = True,
+    support: TemplateToolSupport | None = None,
+) -> ToolCallResult:
+    """Async :func:`generate_with_tools`."""
+    plan = plan_tool_request(
+        engine,
+        request,
+        tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        support=support,
+    )
+    return _read(plan, await engine.agenerate(plan.request))
+
+
+def stream_with_tools(
+    engine: Engine,
+    request: ChatRequest,
+    tools: Tools,
+    *,
+    tool_choice: object = "auto",
+    parallel_tool_calls: bool = True,
+    support: TemplateToolSupport | None = None,
+) -> Iterator[ToolStreamChunk]:
+    """Stream an answer that may call ``tools``: text deltas, then call deltas (id and name
+    first, then argument pieces); the last chunk carries the finished calls."""
+    plan = plan_tool_request(
+        engine,
+        request,
+        tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        support=support,
+    )
+    reader = _StreamReader(plan)
+    for chunk in engine.stream(plan.request):
+        out = reader.read(chunk)
+        if out is not None:
+            yield out
+
+
+async def astream_with_tools(
+    engine: Engine,
+    request: ChatRequest,
+    tools: Tools,
+    *,
+    tool_choice: object = "auto",
+    parallel_tool_calls: bool = True,
+    support: TemplateToolSupport | None = None,
+) -> AsyncIterator[ToolStreamChunk]:
+    """Async :func:`stream_with_tools`."""
+    plan = plan_tool_request(
+        engine,
+        request,
+        tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        support=support,
+    )
+    reader = _StreamReader(plan)
+    async for chunk in engine.astream(plan.request):
+        out = reader.read(chunk)
+        if out is not None:
+            yield out

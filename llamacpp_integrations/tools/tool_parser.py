@@ -1,0 +1,391 @@
+"""Split model output into reply text and tool calls, whole or while it streams.
+
+One parser serves both: :func:`parse_tool_output` reads a finished answer, and
+:class:`ToolCallStream` re-reads the growing answer after every delta and emits only what became
+certain since the last one. The non-streamed result is the streamed one fed in a single piece,
+so the two cannot disagree.
+
+Grammars make the calls the package generates well-formed; the parser is still lenient in what it
+reads (keys in any order, ``parameters`` for ``arguments``, arguments given as a JSON string,
+text before or after the calls), and strict in what it returns: a call has a string name and an
+object of arguments, or the whole answer raises :class:`ToolCallParseError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ToolCallParseError
+from .call_syntax import CallSyntax
+from .tool_spec import ToolCall, ToolCallDelta, new_tool_call_id
+
+__all__ = ["ParsedOutput", "ToolCallStream", "parse_tool_output"]
+
+_ARGUMENT_KEYS = ("arguments", "parameters")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_ARGS_MARK = "[ARGS]"
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """A finished answer: the reply text (markup of calls removed) and the calls."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+
+
+@dataclass
+class _Call:
+    """What is known of one call so far."""
+
+    start: int
+    name: str | None = None
+    arguments: str = ""  # the argument text known so far (always a prefix of the final one)
+    arguments_done: bool = False
+    end: int | None = None  # set when the call's text is complete
+    raw_arguments_string: bool = False  # arguments came as a JSON string holding JSON
+    raw: str = ""  # the whole call object, once complete (JSON-object syntaxes)
+
+
+@dataclass
+class _Snapshot:
+    content: str = ""
+    calls: list[_Call] = field(default_factory=list)
+
+
+# -- one JSON call object ------------------------------------------------------------------------
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _json_string_end(text: str, start: int) -> int | None:
+    """Index after the string starting at ``text[start] == '"'``, or None if it is unfinished."""
+    escaped = False
+    for i in range(start + 1, len(text)):
+        char = text[i]
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            return i + 1
+    return None
+
+
+def _value_end(text: str, start: int) -> tuple[int | None, int]:
+    """Index after the JSON value starting at ``start`` (None if unfinished), and how far the
+    scan got. Only the nesting is tracked; ``json.loads`` judges the content later."""
+    char = text[start]
+    if char == '"':
+        end = _json_string_end(text, start)
+        return end, len(text) if end is None else end
+    if char in "{[":
+        depth, i = 0, start
+        while i < len(text):
+            char = text[i]
+            if char == '"':
+                string_end = _json_string_end(text, i)
+                if string_end is None:
+                    return None, len(text)
+                i = string_end
+                continue
+            if char in "{[":
+                depth += 1
+            elif char in "}]":
+                depth -= 1
+                if depth == 0:
+                    return i + 1, i + 1
+            i += 1
+        return None, len(text)
+    match = re.compile(r"[^,}\]\s]*").match(text, start)
+    assert match is not None  # the pattern matches the empty string
+    end = match.end()
+    return (end, end) if end < len(text) else (None, end)
+
+
+def _scan_call_object(text: str, start: int, call: _Call) -> None:
+    """Fill ``call`` from the object at ``text[start] == '{'`` as far as the text goes."""
+    pos = _skip_ws(text, start + 1)
+    while pos < len(text):
+        if text[pos] == "}":
+            call.end = pos + 1
+            return
+        if text[pos] == ",":
+            pos = _skip_ws(text, pos + 1)
+            continue
+        if text[pos] != '"':
+            raise ToolCallParseError("expected a key in the call object", position=pos)
+        key_end = _json_string_end(text, pos)
+        if key_end is None:
+            return
+        key = json.loads(text[pos:key_end])
+        pos = _skip_ws(text, key_end)
+        if pos >= len(text):
+            return
+        if text[pos] != ":":
+            raise ToolCallParseError("expected ':' after a key in the call object", position=pos)
+        pos = _skip_ws(text, pos + 1)
+        if pos >= len(text):
+            return
+        value_end, reached = _value_end(text, pos)
+        if key == "name":
+            if value_end is not None:
+                name = _loads(text[pos:value_end], pos)
+                if not isinstance(name, str):
+                    raise ToolCallParseError("the call's name is not a string", position=pos)
+                call.name = name
+        elif key in _ARGUMENT_KEYS:
+            _read_arguments(text, pos, value_end, reached, call)
+        if value_end is None:
+            return
+        pos = _skip_ws(text, value_end)
+
+
+def _read_arguments(text: str, pos: int, end: int | None, reached: int, call: _Call) -> None:
+    if text[pos] == "{":
+        call.arguments = text[pos : end if end is not None else reached]
+        call.arguments_done = end is not None
+    elif end is not None:  # a string holding JSON, or something that is not arguments at all
+        value = _loads(text[pos:end], pos)
+        if not isinstance(value, str):
+            raise ToolCallParseError("the call's arguments are not an object", position=pos)
+        call.arguments, call.arguments_done = value, True
+        call.raw_arguments_string = True
+
+
+def _loads(text: str, position: int) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ToolCallParseError(f"invalid JSON ({error.msg})", position=position) from None
+
+
+def _scan_named_call(text: str, start: int, call: _Call) -> None:
+    """``name[ARGS]{...}`` (Mistral v11)."""
+    match = _NAME.match(text, start)
+    name_end = match.end() if match else start
+    if name_end == len(text):
+        return
+    if name_end == start:
+        raise ToolCallParseError("expected a tool name after the call marker", position=start)
+    rest = text[name_end : name_end + len(_ARGS_MARK)]
+    if not _ARGS_MARK.startswith(rest):
+        raise ToolCallParseError("expected [ARGS] after the tool name", position=name_end)
+    if len(rest) < len(_ARGS_MARK):
+        return
+    call.name = text[start:name_end]
+    pos = _skip_ws(text, name_end + len(_ARGS_MARK))
+    if pos >= len(text):
+        return
+    if text[pos] != "{":
+        raise ToolCallParseError("the call's arguments are not an object", position=pos)
+    end, reached = _value_end(text, pos)
+    _read_arguments(text, pos, end, reached, call)
+    call.end = end
+
+
+# -- the whole answer ----------------------------------------------------------------------------
+
+
+def _pending_prefix(text: str, pos: int, tokens: tuple[str, ...]) -> bool:
+    """Whether ``text[pos:]`` (non-empty) could still grow into one of ``tokens``."""
+    rest = text[pos:]
+    return any(token.startswith(rest) and token != rest for token in tokens)
+
+
+def _held_back(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that is a proper start of ``marker``."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
+def _calls_start(text: str, pos: int, syntax: CallSyntax, final: bool) -> tuple[int, int] | None:
+    """Where the calls start at or after ``pos``: (start of the markup, hold-back end).
+
+    Returns ``(len(text), len(text) - held)`` when no calls start but the last ``held``
+    characters could still become the opener.
+    """
+    if syntax.opener:
+        found = text.find(syntax.opener, pos)
+        if found >= 0:
+            return found, found
+        held = 0 if final else _held_back(text[pos:], syntax.opener)
+        return None if not held else (len(text), len(text) - held)
+    if pos > 0:  # markup-less syntaxes (llama3) call only at the start of the answer
+        return None
+    first = _skip_ws(text, 0)
+    if first < len(text) and re.match(syntax.start_pattern, text[first:]):
+        return first, first
+    if not final and (first == len(text) or _pending_prefix(text, first, ("<|python_tag|>",))):
+        return len(text), 0
+    return None
+
+
+def _snapshot(text: str, syntax: CallSyntax, *, final: bool) -> _Snapshot:
+    snapshot = _Snapshot()
+    pos = 0
+    while True:
+        found = _calls_start(text, pos, syntax, final)
+        if found is None:
+            snapshot.content += text[pos:]
+            return snapshot
+        start, emit_until = found
+        snapshot.content += text[pos:emit_until]
+        if start == len(text):
+            return snapshot
+        pos, n_before = start, len(snapshot.calls)
+        pos, done = _read_calls(text, start, syntax, snapshot, final=final)
+        if final and len(snapshot.calls) == n_before and not syntax.empty_allowed:
+            raise ToolCallParseError(
+                f"{syntax.opener or 'the answer'} is not followed by a tool call", position=start
+            )
+        if not done:
+            return snapshot
+
+
+def _read_calls(
+    text: str, pos: int, syntax: CallSyntax, snapshot: _Snapshot, *, final: bool
+) -> tuple[int, bool]:
+    """Read calls from ``pos``; returns where they ended and whether the text goes on."""
+    while True:
+        pos, after_call_open = _skip_between(text, pos, syntax)
+        if pos >= len(text):
+            return pos, False
+        if not final and _pending_prefix(text, pos, syntax.between):
+            return pos, False
+        call = _Call(start=pos)
+        if syntax.named_args and after_call_open:
+            _scan_named_call(text, pos, call)
+        elif not syntax.named_args and text[pos] == "{":
+            _scan_call_object(text, pos, call)
+            call.raw = text[pos : call.end] if call.end is not None else ""
+        else:
+            return pos, True  # text after the calls
+        snapshot.calls.append(call)
+        if call.end is None:
+            if final:
+                raise ToolCallParseError("the tool call is not complete", position=pos)
+            return len(text), False
+        pos = call.end
+
+
+def _skip_between(text: str, pos: int, syntax: CallSyntax) -> tuple[int, bool]:
+    """Skip whitespace and markup between calls; also say whether a call opener came last."""
+    after_call_open = False
+    while True:
+        pos = _skip_ws(text, pos)
+        for token in syntax.between:
+            if text.startswith(token, pos):
+                pos += len(token)
+                after_call_open = token == syntax.call_open
+                break
+        else:
+            return pos, after_call_open
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+def _finished_call(call: _Call, call_id: str) -> ToolCall:
+    if call.raw and not isinstance(_loads(call.raw, call.start), dict):
+        raise ToolCallParseError("the tool call is not a JSON object", position=call.start)
+    if call.name is None:
+        raise ToolCallParseError("the tool call has no name", position=call.start)
+    arguments_json = call.arguments if call.arguments_done else "{}"
+    arguments = _loads(arguments_json, call.start)
+    if not isinstance(arguments, dict):
+        raise ToolCallParseError("the call's arguments are not an object", position=call.start)
+    return ToolCall(id=call_id, name=call.name, arguments=arguments, arguments_json=arguments_json)
+
+
+class ToolCallStream:
+    """Feed the text deltas of one answer; get back reply text and tool-call deltas.
+
+    Reply text that might be the start of a call marker is held back until it is not. A call
+    is announced (index, id and name) as soon as its name is complete, then its argument text
+    follows in pieces; the pieces of one call concatenate to its ``arguments_json``.
+    """
+
+    def __init__(self, syntax: CallSyntax) -> None:
+        self.syntax = syntax
+        self._text = ""
+        self._content_sent = 0
+        self._ids: list[str] = []
+        self._arguments_sent: list[int] = []
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def feed(self, delta: str) -> tuple[str, list[ToolCallDelta]]:
+        """Add ``delta``; return the reply text and call deltas that became certain."""
+        self._text += delta
+        try:
+            snapshot = _snapshot(self._text, self.syntax, final=False)
+        except ToolCallParseError:
+            return "", []  # reported, with its position, by ``finish``
+        return self._emit(snapshot)
+
+    def finish(self) -> tuple[str, list[ToolCallDelta], ParsedOutput]:
+        """The answer is complete: the last deltas and the parsed whole.
+
+        Raises:
+            ToolCallParseError: the answer opens a call that is not well-formed.
+        """
+        try:
+            snapshot = _snapshot(self._text, self.syntax, final=True)
+            content, deltas = self._emit(snapshot)
+            calls = tuple(
+                _finished_call(call, call_id)
+                for call, call_id in zip(snapshot.calls, self._ids, strict=True)
+            )
+        except ToolCallParseError as error:
+            error.partial_text = self._text
+            raise
+        return content, deltas, ParsedOutput(snapshot.content, calls)
+
+    def _emit(self, snapshot: _Snapshot) -> tuple[str, list[ToolCallDelta]]:
+        content = snapshot.content[self._content_sent :]
+        self._content_sent = len(snapshot.content)
+        deltas: list[ToolCallDelta] = []
+        for index, call in enumerate(snapshot.calls):
+            if call.name is None:
+                break  # later calls wait for this one's name, so indexes come in order
+            # Arguments given as a JSON string are only known whole; a call without arguments
+            # gets "{}" once it is complete.
+            if call.raw_arguments_string and not call.arguments_done:
+                arguments = ""
+            elif call.end is not None and not call.arguments_done:
+                arguments = "{}"
+            else:
+                arguments = call.arguments
+            if index == len(self._ids):
+                self._ids.append(new_tool_call_id())
+                self._arguments_sent.append(0)
+                deltas.append(ToolCallDelta(index, self._ids[index], call.name, arguments))
+            elif len(arguments) > self._arguments_sent[index]:
+                deltas.append(
+                    ToolCallDelta(index, arguments=arguments[self._arguments_sent[index] :])
+                )
+            self._arguments_sent[index] = len(arguments)
+        return content, deltas
+
+
+def parse_tool_output(text: str, syntax: CallSyntax) -> ParsedOutput:
+    """Parse a finished answer written in ``syntax``.
+
+    Raises:
+        ToolCallParseError: the answer opens a call that is not well-formed.
+    """
+    stream = ToolCallStream(syntax)
+    stream.feed(text)
+    return stream.finish()[2]
