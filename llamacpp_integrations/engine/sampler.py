@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import llama_cpp
 import numpy as np
