@@ -159,17 +159,22 @@ def plan_tool_request(
 def _finish(
     plan: ToolCallPlan, stream: ToolCallStream, request_id: str, finish_reason: str
 ) -> tuple[str, list[ToolCallDelta], ParsedOutput]:
+    truncated = OutputTruncatedError(
+        "max_tokens ended the answer inside its tool calls",
+        request_id=request_id,
+        partial_text=stream.text,
+    )
     try:
         content, deltas, parsed = stream.finish()
     except ToolCallParseError as error:
         error.request_id = request_id
         if finish_reason == "length":
-            raise OutputTruncatedError(
-                "max_tokens ended the answer inside a tool call",
-                request_id=request_id,
-                partial_text=stream.text,
-            ) from error
+            raise truncated from error
         raise
+    # Out of tokens after a call began, or where only calls may be written: the list may
+    # be cut short even when what came so far parses, so it is not returned as whole.
+    if finish_reason == "length" and (plan.choice.must_call or parsed.tool_calls):
+        raise truncated
     offered = {tool.name for tool in plan.tools}
     for call in parsed.tool_calls:
         if call.name not in offered:

@@ -59,14 +59,14 @@ def tool_calls_gbnf(
     """A grammar (root rule ``root``) for one call, or up to ``MAX_PARALLEL_CALLS`` with
     ``parallel``, of the given tools, written in ``syntax``.
 
-    With ``allow_text`` (list syntaxes only) the answer may instead be the empty list followed by
+    With ``allow_text`` (syntaxes whose call list may be empty) the answer may instead be the empty list followed by
     a text reply that never contains the syntax's opener: the model states "no call" where it
     would list calls, a decision small models make far better than choosing between markup and
     prose at the first token.
 
     Raises:
         SchemaNotSupportedError: a tool's parameter schema cannot be expressed.
-        ValueError: ``allow_text`` with a syntax that is not a list.
+        ValueError: ``allow_text`` with a syntax whose call list cannot be empty.
     """
     rules = _Rules()
     rules.fixed("ws")
@@ -84,8 +84,8 @@ def tool_calls_gbnf(
     calls = rules.add("calls", _seq(lead, "ws" if lead else "", block, repeated, trail))
     if not allow_text:
         return rules.render(calls)
-    if not syntax.lead.endswith("["):
-        raise ValueError(f"allow_text needs a list syntax, not {syntax.name}")
+    if not syntax.empty_allowed:
+        raise ValueError(f"allow_text needs a syntax with empty call lists, not {syntax.name}")
     blank_or_marker = " \t\r\n" + syntax.opener[0]
     first = f"[^{_class_escape(blank_or_marker)}]"
     text = marker_free_text_rule(rules, syntax.opener)

@@ -27,6 +27,7 @@ __all__ = ["ParsedOutput", "ToolCallStream", "parse_tool_output"]
 _ARGUMENT_KEYS = ("arguments", "parameters")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _ARGS_MARK = "[ARGS]"
+_JSON_WS = " \t\n\r"
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,9 @@ class _Snapshot:
 
 
 def _skip_ws(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos].isspace():
+    # JSON's four whitespace characters only: the grammars allow these and no others, so
+    # anything else (U+2028, form feed...) is part of a reply and must not be eaten.
+    while pos < len(text) and text[pos] in _JSON_WS:
         pos += 1
     return pos
 
@@ -224,7 +227,7 @@ def _calls_start(text: str, pos: int, syntax: CallSyntax, final: bool) -> tuple[
         return None
     first = _skip_ws(text, 0)
     if first < len(text) and re.match(syntax.start_pattern, text[first:]):
-        return first, first
+        return first, 0  # the blanks before the call are not a reply
     if not final and (first == len(text) or _pending_prefix(text, first, ("<|python_tag|>",))):
         return len(text), 0
     return None
@@ -256,6 +259,8 @@ def _read_calls(
     text: str, pos: int, syntax: CallSyntax, snapshot: _Snapshot, *, final: bool
 ) -> tuple[int, bool]:
     """Read calls from ``pos``; returns where they ended and whether the text goes on."""
+    if syntax.lead.endswith("["):
+        return _read_call_list(text, pos, syntax, snapshot, final=final)
     while True:
         pos, after_call_open = _skip_between(text, pos, syntax)
         if pos >= len(text):
@@ -276,6 +281,67 @@ def _read_calls(
                 raise ToolCallParseError("the tool call is not complete", position=pos)
             return len(text), False
         pos = call.end
+
+
+def _expect(text: str, pos: int, token: str, what: str, *, final: bool) -> int | None:
+    """Position after ``token`` at ``pos`` (after blanks); None while it may still come."""
+    pos = _skip_ws(text, pos)
+    if text.startswith(token, pos):
+        return pos + len(token)
+    if not final and token.startswith(text[pos:]):
+        return None
+    raise ToolCallParseError(f"expected {what}", position=pos)
+
+
+def _read_call_list(
+    text: str, pos: int, syntax: CallSyntax, snapshot: _Snapshot, *, final: bool
+) -> tuple[int, bool]:
+    """``opener [call, call, ...] close``: the structure is checked, not skimmed."""
+    opener_end = pos + len(syntax.opener)
+    after = _expect(text, opener_end, "[", f"'[' after {syntax.opener}", final=final)
+    if after is None:
+        return len(text), False
+    pos, n_calls = after, 0
+    while True:
+        pos = _skip_ws(text, pos)
+        if pos >= len(text):
+            if final:
+                raise ToolCallParseError("the list of tool calls is not closed", position=pos)
+            return pos, False
+        if text[pos] == "]" and n_calls == 0:
+            if not syntax.empty_allowed:
+                raise ToolCallParseError("the list of tool calls is empty", position=pos)
+            break
+        if text[pos] != "{":
+            raise ToolCallParseError("expected a tool call object in the list", position=pos)
+        call = _Call(start=pos)
+        _scan_call_object(text, pos, call)
+        snapshot.calls.append(call)
+        if call.end is None:
+            if final:
+                raise ToolCallParseError("the tool call is not complete", position=pos)
+            return len(text), False
+        call.raw = text[pos : call.end]
+        n_calls += 1
+        pos = _skip_ws(text, call.end)
+        if pos >= len(text):
+            if final:
+                raise ToolCallParseError("the list of tool calls is not closed", position=pos)
+            return pos, False
+        if text[pos] == ",":
+            pos += 1
+            continue
+        if text[pos] != "]":
+            raise ToolCallParseError("expected ',' or ']' after a tool call", position=pos)
+        break
+    pos += 1  # the "]"
+    close = syntax.trail[1:]  # what follows the list's "]" ("</tool_call>" or nothing)
+    if close:
+        after = _expect(text, pos, close, f"{close} after the list", final=final)
+        if after is None:
+            return len(text), False
+        pos = after
+    return _skip_ws(text, pos), True  # blanks between the list and a reply belong to neither
 
 
 def _skip_between(text: str, pos: int, syntax: CallSyntax) -> tuple[int, bool]:
@@ -343,6 +409,9 @@ class ToolCallStream:
         """
         try:
             snapshot = _snapshot(self._text, self.syntax, final=True)
+            for call in snapshot.calls:
+                if call.name is None:
+                    raise ToolCallParseError("the tool call has no name", position=call.start)
             content, deltas = self._emit(snapshot)
             calls = tuple(
                 _finished_call(call, call_id)

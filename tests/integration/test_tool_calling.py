@@ -1,0 +1,350 @@
+"""Tool calling on the real model, for every tool_choice mode and every call syntax.
+
+SmolLM2's own template knows no tools (the fallback prompt); the templates in
+``tool_templates`` make the same model write each native syntax. The model is tiny, so what it
+calls is often silly; what is asserted is what the package guarantees: every returned call
+parses, names an offered tool and has arguments valid for that tool's schema; ``none`` never
+returns a call; ``required`` always does; a named tool is always that tool; streamed deltas add
+up to the non-streamed answer. Answers cut by ``max_tokens`` raise ``OutputTruncatedError``
+and are counted, not validated; at least 80 % must finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from llamacpp_integrations.engine import ChatRequest, Engine
+from llamacpp_integrations.errors import OutputTruncatedError
+from llamacpp_integrations.tools.tool_calling import (
+    ToolCallResult,
+    agenerate_with_tools,
+    generate_with_tools,
+    plan_tool_request,
+    stream_with_tools,
+)
+from llamacpp_integrations.tools.tool_prompt import TemplateToolSupport, detect_tool_support
+from llamacpp_integrations.tools.tool_spec import ToolCall
+from tests.unit.test_json_grammar import validate
+
+from .helpers import GREEDY
+from .tool_templates import NATIVE_TEMPLATES, STRICT_ALTERNATION
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1, "maxLength": 60},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "minimum": -1000000, "maximum": 1000000},
+                "b": {"type": "integer", "minimum": -1000000, "maximum": 1000000},
+            },
+            "required": ["a", "b"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search_web",
+        "description": "Search the web and return the top results.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 80},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 10},
+                "filters": {
+                    "type": "object",
+                    "properties": {
+                        "site": {"type": "string", "maxLength": 40},
+                        "recent": {"type": "boolean"},
+                    },
+                },
+            },
+            "required": ["query"],
+        },
+    },
+}
+TOOLS = [WEATHER, ADD, SEARCH]
+SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
+NAMES = list(SCHEMAS)
+
+PROMPTS = [
+    "What's the weather in Paris?",
+    "Is it raining in Tokyo right now?",
+    "How warm is it in Cairo, in fahrenheit?",
+    "Tell me the temperature in Berlin.",
+    "What is 2 plus 3?",
+    "Add 17 and 25.",
+    "What is -4 + 10?",
+    "Compute 1200 plus 34.",
+    "Search the web for llama.cpp news.",
+    "Find recent articles about electric cars.",
+    "Look up the best pizza in Rome.",
+    "Search wikipedia.org for the history of Prague.",
+    "Tell me a joke.",
+    "Write a haiku about the sea.",
+    "Hi, how are you?",
+    "Who wrote Hamlet?",
+    "Translate 'good morning' into Spanish.",
+    "What should I cook tonight?",
+    "Should I take an umbrella in London today?",
+    "How much is 99 plus 1, and what's the weather in Oslo?",
+    "Give me three facts about owls.",
+    "Find me a recipe for pancakes online.",
+]
+MAX_TOKENS = 128
+# Text replies are not what these tests look at: cut them short where no call can come.
+MAX_TOKENS_NO_CALLS = 40
+TEMPLATES: dict[str, str | None] = {"fallback": None, **NATIVE_TEMPLATES}
+# (template, mode, prompts, parallel calls): every mode over all the prompts for SmolLM2's own
+# template and the Hermes style; the other native syntaxes over a third of them. The model
+# never stops adding Mistral v11 calls (it does not know the template's end of turn), so that
+# syntax runs with parallel calls off.
+MODES = ["auto", "required", "named", "none"]
+MATRIX = [
+    *((name, mode, len(PROMPTS), True) for name in ("fallback", "hermes") for mode in MODES),
+    *((name, mode, 8, True) for name in ("llama3", "mistral") for mode in MODES[:3]),
+    *(("mistral-args", mode, 8, False) for mode in MODES[:3]),
+]
+
+
+def check_call(call: ToolCall, offered: list[str]) -> None:
+    """The package's guarantee for every returned call."""
+    assert call.name in offered, call
+    assert isinstance(call.arguments, dict)
+    assert validate(call.arguments, SCHEMAS[call.name]), call
+    assert call.id.startswith("call_")
+
+
+async def run_all(
+    engine: Engine, template: str | None, choices: list[object], parallel: bool = True
+) -> list[ToolCallResult | OutputTruncatedError]:
+    support = detect_tool_support(engine, template)
+    max_tokens = MAX_TOKENS_NO_CALLS if choices[0] == "none" else MAX_TOKENS
+    jobs = [
+        agenerate_with_tools(
+            engine,
+            ChatRequest(
+                messages=[{"role": "user", "content": prompt}],
+                chat_template=template,
+                sampling=GREEDY,
+                max_tokens=max_tokens,
+            ),
+            TOOLS,
+            tool_choice=choice,
+            parallel_tool_calls=parallel,
+            support=support,
+        )
+        for prompt, choice in zip(PROMPTS, choices, strict=False)
+    ]
+    outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, OutputTruncatedError):
+            raise outcome
+    return outcomes  # type: ignore[return-value]  # only results and truncations remain
+
+
+def report(label: str, outcomes: list[Any], finished: list[ToolCallResult]) -> None:
+    calls = [call for result in finished for call in result.tool_calls]
+    with_call = sum(bool(result.tool_calls) for result in finished)
+    names = Counter(call.name for call in calls)
+    print(
+        f"\n[tools] {label}: {len(finished)}/{len(outcomes)} finished, "
+        f"{with_call} answered with calls, {len(calls)} calls all valid, names {dict(names)}"
+    )
+
+
+@pytest.mark.parametrize(("template_name", "mode", "n_prompts", "parallel"), MATRIX)
+async def test_every_returned_call_is_valid(
+    engine: Engine, template_name: str, mode: str, n_prompts: int, parallel: bool
+) -> None:
+    template = TEMPLATES[template_name]
+    if mode == "named":
+        choices: list[object] = [NAMES[i % len(NAMES)] for i in range(n_prompts)]
+    else:
+        choices = [mode] * n_prompts
+    outcomes = await run_all(engine, template, choices, parallel)
+    finished = [o for o in outcomes if isinstance(o, ToolCallResult)]
+    report(f"{template_name}/{mode}", outcomes, finished)
+    assert len(finished) >= 0.8 * len(outcomes)
+    ids = [call.id for result in finished for call in result.tool_calls]
+    assert len(ids) == len(set(ids))
+    for outcome, choice in zip(outcomes, choices, strict=True):
+        if not isinstance(outcome, ToolCallResult):
+            continue
+        for call in outcome.tool_calls:
+            check_call(call, NAMES)
+        if mode == "none":
+            assert not outcome.tool_calls
+            assert outcome.finish_reason in ("stop", "length")
+        elif mode == "required":
+            assert outcome.tool_calls and outcome.finish_reason == "tool_calls"
+        elif mode == "named":
+            assert [call.name for call in outcome.tool_calls] == [choice]
+        elif outcome.tool_calls:
+            assert outcome.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("template_name", ["fallback", "hermes", "mistral"])
+async def test_parallel_calls_off_means_one_call(engine: Engine, template_name: str) -> None:
+    outcomes = await run_all(engine, TEMPLATES[template_name], ["required"] * 8, parallel=False)
+    finished = [o for o in outcomes if isinstance(o, ToolCallResult)]
+    report(f"{template_name}/required/no-parallel", outcomes, finished)
+    assert len(finished) >= 0.8 * len(outcomes)
+    for result in finished:
+        assert len(result.tool_calls) == 1
+        check_call(result.tool_calls[0], NAMES)
+
+
+def _collect_stream(
+    engine: Engine, template: str | None, prompt: str, choice: str, support: TemplateToolSupport
+) -> tuple[str, list[tuple[str, str, str]], tuple[ToolCall, ...], str | None]:
+    text = ""
+    calls: dict[int, list[str]] = {}
+    final: tuple[ToolCall, ...] = ()
+    finish = None
+    for chunk in stream_with_tools(
+        engine,
+        ChatRequest(
+            messages=[{"role": "user", "content": prompt}],
+            chat_template=template,
+            sampling=GREEDY,
+            max_tokens=MAX_TOKENS,
+        ),
+        TOOLS,
+        tool_choice=choice,
+        support=support,
+    ):
+        text += chunk.text
+        for delta in chunk.tool_call_deltas:
+            if delta.index not in calls:
+                assert delta.index == len(calls), "calls start in index order"
+                assert delta.id and delta.name, "a call's first delta has its id and name"
+                calls[delta.index] = [delta.id, delta.name, ""]
+            else:
+                assert delta.id is None and delta.name is None
+            calls[delta.index][2] += delta.arguments
+        if chunk.finish_reason is not None:
+            final, finish = chunk.tool_calls, chunk.finish_reason
+    return text, [(c[0], c[1], c[2]) for c in calls.values()], final, finish
+
+
+@pytest.mark.parametrize(
+    ("template_name", "mode"),
+    [
+        ("fallback", "auto"),
+        ("fallback", "required"),
+        ("hermes", "auto"),
+        ("hermes", "required"),
+        ("llama3", "required"),
+        ("mistral-args", "required"),
+    ],
+)
+def test_streamed_deltas_add_up_to_the_answer(
+    engine: Engine, template_name: str, mode: str
+) -> None:
+    template = TEMPLATES[template_name]
+    support = detect_tool_support(engine, template)
+    for prompt in PROMPTS[::8]:
+        request = ChatRequest(
+            messages=[{"role": "user", "content": prompt}],
+            chat_template=template,
+            sampling=GREEDY,
+            max_tokens=MAX_TOKENS,
+        )
+        # Greedy answers are the same only from the same cache state: the first run leaves the
+        # prompt cached, and the next two both start from there, one request at a time.
+        with contextlib.suppress(OutputTruncatedError):
+            generate_with_tools(engine, request, TOOLS, tool_choice=mode, support=support)
+        try:
+            whole = generate_with_tools(engine, request, TOOLS, tool_choice=mode, support=support)
+            text, streamed, final, finish = _collect_stream(engine, template, prompt, mode, support)
+        except OutputTruncatedError:
+            continue
+        # The stream's own final calls are exactly its deltas...
+        assert [(c.id, c.name, c.arguments_json) for c in final] == streamed
+        # ...and the same answer as the non-streamed request.
+        assert text == whole.content
+        assert [(c.name, c.arguments) for c in final] == [
+            (c.name, c.arguments) for c in whole.tool_calls
+        ]
+        assert finish == whole.finish_reason
+
+
+AGENT_HISTORY: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What's the weather in Paris, and what is 2 plus 3?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_weather_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "id": "call_add_1",
+                "type": "function",
+                "function": {"name": "add", "arguments": {"a": 2, "b": 3}},
+            },
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_weather_1", "content": "Sunny, 21 C"},
+    {"role": "tool", "tool_call_id": "call_add_1", "content": "5"},
+]
+
+
+@pytest.mark.parametrize("template_name", [*TEMPLATES, "strict-alternation"])
+def test_tool_history_renders_and_answers(engine: Engine, template_name: str) -> None:
+    if template_name == "strict-alternation":
+        template: str | None = STRICT_ALTERNATION
+    else:
+        template = TEMPLATES[template_name]
+    request = ChatRequest(
+        messages=AGENT_HISTORY, chat_template=template, sampling=GREEDY, max_tokens=MAX_TOKENS
+    )
+    for choice in ("auto", "none", "required"):
+        try:
+            result = generate_with_tools(engine, request, TOOLS, tool_choice=choice)
+        except OutputTruncatedError:
+            continue
+        for call in result.tool_calls:
+            check_call(call, NAMES)
+        if choice == "none":
+            assert not result.tool_calls
+    plan = plan_tool_request(engine, request, TOOLS, tool_choice="auto")
+    prompt = engine.render_chat(plan.request)
+    # The earlier calls and both results are in the prompt, whatever the template.
+    for needle in ("Paris", "Sunny, 21 C", "get_weather", '"b": 3'):
+        assert needle in prompt, (needle, prompt)
+
+
+def test_no_tool_support_detected_for_plain_chatml(engine: Engine) -> None:
+    support = detect_tool_support(engine)
+    assert support.syntax is None and not support.renders_tools
+    for name, template in NATIVE_TEMPLATES.items():
+        detected = detect_tool_support(engine, template).syntax
+        assert detected is not None and detected.name == name
