@@ -59,10 +59,10 @@ def tool_calls_gbnf(
     """A grammar (root rule ``root``) for one call, or up to ``MAX_PARALLEL_CALLS`` with
     ``parallel``, of the given tools, written in ``syntax``.
 
-    With ``allow_text`` (syntaxes whose call list may be empty) the answer may instead be the empty list followed by
-    a text reply that never contains the syntax's opener: the model states "no call" where it
-    would list calls, a decision small models make far better than choosing between markup and
-    prose at the first token.
+    With ``allow_text`` (syntaxes whose call list may be empty) the answer may instead be the
+    empty list followed by a text reply that never contains the syntax's opener: the model
+    states "no call" where it would list calls, a decision small models make far better than
+    choosing between markup and prose at the first token.
 
     Raises:
         SchemaNotSupportedError: a tool's parameter schema cannot be expressed.
