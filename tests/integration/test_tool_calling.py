@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from llamacpp_integrations.engine import ChatRequest, Engine
-from llamacpp_integrations.errors import OutputTruncatedError
+from llamacpp_integrations.engine import ChatRequest, CompletionRequest, Engine
+from llamacpp_integrations.errors import InvalidRequestError, OutputTruncatedError
+from llamacpp_integrations.tools.call_syntax import HERMES, MISTRAL, CallSyntax
 from llamacpp_integrations.tools.tool_calling import (
     ToolCallResult,
     agenerate_with_tools,
@@ -27,8 +28,10 @@ from llamacpp_integrations.tools.tool_calling import (
     plan_tool_request,
     stream_with_tools,
 )
+from llamacpp_integrations.tools.tool_grammar import tool_calls_gbnf
+from llamacpp_integrations.tools.tool_parser import parse_tool_output
 from llamacpp_integrations.tools.tool_prompt import TemplateToolSupport, detect_tool_support
-from llamacpp_integrations.tools.tool_spec import ToolCall
+from llamacpp_integrations.tools.tool_spec import ToolCall, normalize_tools
 from tests.unit.test_json_grammar import validate
 
 from .helpers import GREEDY
@@ -348,3 +351,60 @@ def test_no_tool_support_detected_for_plain_chatml(engine: Engine) -> None:
     for name, template in NATIVE_TEMPLATES.items():
         detected = detect_tool_support(engine, template).syntax
         assert detected is not None and detected.name == name
+
+
+# -- the lazy grammar, triggered for sure ---------------------------------------------------------
+#
+# The tiny model never starts a call by itself under a native template in "auto" mode (see the
+# report above), so these prompts make it: raw text it continues by copying a pattern of calls.
+# The calls it copies name get_weather; the lazy grammar only offers "add", so a call that comes
+# out named "add" with valid integer arguments proves the grammar took over at the marker.
+
+COPY_PROMPTS = {
+    HERMES: (
+        'Calls:\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n'
+        "</tool_call>\n"
+    ),
+    MISTRAL: (
+        'Calls: [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]\n'
+        'Calls: [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Rome"}}]\n'
+        "Calls: "
+    ),
+}
+
+
+@pytest.mark.parametrize("syntax", list(COPY_PROMPTS), ids=lambda s: s.name)
+def test_lazy_grammar_takes_over_at_the_call_marker(engine: Engine, syntax: CallSyntax) -> None:
+    offered = [spec for spec in normalize_tools(TOOLS) if spec.name == "add"]
+    completion = engine.generate(
+        CompletionRequest(
+            prompt=COPY_PROMPTS[syntax],
+            sampling=GREEDY,
+            max_tokens=MAX_TOKENS,
+            grammar=tool_calls_gbnf(offered, syntax, parallel=False),
+            grammar_triggers=syntax.trigger_patterns(),
+        )
+    )
+    assert syntax.opener in completion.text, completion.text
+    parsed = parse_tool_output(completion.text, syntax)
+    assert [call.name for call in parsed.tool_calls] == ["add"], completion.text
+    check_call(parsed.tool_calls[0], ["add"])
+    # Free before the marker: the text up to it is whatever the model wrote.
+    assert completion.finish_reason == "stop"
+
+
+def test_bad_grammar_triggers_are_refused(engine: Engine) -> None:
+    grammar = tool_calls_gbnf(normalize_tools(TOOLS), HERMES, parallel=False)
+    for triggers, message in (
+        (["(unclosed"], "not a valid regular expression"),
+        (["(?P<name>x)"], "not a valid regular expression"),
+        ("<tool_call>", "not one string"),
+    ):
+        with pytest.raises(InvalidRequestError, match=message):
+            engine.generate(
+                CompletionRequest(prompt="x", grammar=grammar, grammar_triggers=triggers)
+            )
+    with pytest.raises(InvalidRequestError, match="need a grammar"):
+        engine.generate(CompletionRequest(prompt="x", grammar_triggers=["<tool_call>"]))
+    assert engine.generate(CompletionRequest(prompt="Hi", max_tokens=2)).usage.completion_tokens
