@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,hub]'
+	$(BIN)/python -m pip install --quiet -e '.[test,hub,langchain,llama-index]'
 	touch $(STAMP)
 
 install: $(STAMP)

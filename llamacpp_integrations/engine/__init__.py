@@ -5,7 +5,7 @@ from __future__ import annotations
 from .channel import RequestHandle
 from .config import EngineConfig
 from .engine import Engine, EngineStats, ModelInfo
-from .registry import live_engines, shared_engine
+from .registry import engine_for, live_engines, shared_engine
 from .types import (
     ChatMessage,
     ChatRequest,
@@ -35,6 +35,7 @@ __all__ = [
     "StreamChunk",
     "Timings",
     "Usage",
+    "engine_for",
     "live_engines",
     "shared_engine",
 ]

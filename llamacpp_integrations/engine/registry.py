@@ -10,13 +10,14 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
 from ..models import resolve_model_path
 from .config import EngineConfig
 from .engine import Engine
 
-__all__ = ["live_engines", "shared_engine"]
+__all__ = ["engine_for", "live_engines", "shared_engine"]
 
 _LOCK = threading.Lock()
 _ENGINES: weakref.WeakValueDictionary[EngineConfig, Engine] = weakref.WeakValueDictionary()
@@ -38,3 +39,13 @@ def live_engines() -> list[Engine]:
     """Engines the registry currently holds (for diagnostics and tests)."""
     with _LOCK:
         return [engine for engine in _ENGINES.values() if not engine.closed]
+
+
+def engine_for(
+    engine: Engine | None, model: str | None, settings: Mapping[str, Any] | None = None
+) -> Engine:
+    """What an adapter serves from: the engine it was given, else the shared engine for
+    ``model`` with these ``EngineConfig`` settings (unknown names raise ``TypeError``)."""
+    if engine is not None:
+        return engine
+    return shared_engine(EngineConfig(model=model, **dict(settings or {})))
