@@ -7,7 +7,9 @@ The tree::
     ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
     │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
     │   ├── ChatTemplateError           no chat template, or the template failed to render
-    │   └── SchemaNotSupportedError     a JSON schema part no grammar here can express
+    │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
+    │   ├── UnsupportedContentError     a message part of a kind the package cannot pass on
+    │   └── ImageInputNotSupportedError an image given to a model without an image projector
     ├── EngineOverloadedError           the admission queue stayed full
     ├── EngineClosedError               the engine was closed (or its worker died)
     ├── RequestCancelledError           the request was cancelled before it finished
@@ -34,8 +36,10 @@ __all__ = [
     "OutputTruncatedError",
     "RequestCancelledError",
     "RequestTimeoutError",
+    "ImageInputNotSupportedError",
     "SchemaNotSupportedError",
     "ToolCallParseError",
+    "UnsupportedContentError",
 ]
 
 
@@ -86,6 +90,14 @@ class SchemaNotSupportedError(InvalidRequestError):
     def __init__(self, message: str, *, path: str, request_id: str | None = None) -> None:
         super().__init__(f"{message} (at {path})", request_id=request_id)
         self.path = path
+
+
+class UnsupportedContentError(InvalidRequestError):
+    """A message content part (audio, file, ...) that no model path here accepts."""
+
+
+class ImageInputNotSupportedError(UnsupportedContentError):
+    """An image was given, but the loaded model has no image projector (``mmproj``)."""
 
 
 class EngineOverloadedError(LlamaCppIntegrationError):
