@@ -16,6 +16,8 @@ from .types import (
     SamplingParams,
     StreamChunk,
     Timings,
+    TokenLogprob,
+    TopLogprob,
     Usage,
 )
 
@@ -34,6 +36,8 @@ __all__ = [
     "SamplingParams",
     "StreamChunk",
     "Timings",
+    "TokenLogprob",
+    "TopLogprob",
     "Usage",
     "engine_for",
     "live_engines",

@@ -15,7 +15,7 @@ import queue
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from ..errors import EngineClosedError, RequestCancelledError
-from .types import Completion, StreamChunk
+from .types import Completion, StreamChunk, TokenLogprob
 
 __all__ = ["EventChannel", "RequestHandle"]
 
@@ -84,6 +84,8 @@ class RequestHandle:
         channel: EventChannel,
         cancel: Callable[[str], None],
         alive: Callable[[], bool],
+        *,
+        logprobs: bool = False,
     ) -> None:
         self.request_id = request_id
         self._channel = channel
@@ -91,6 +93,7 @@ class RequestHandle:
         self._alive = alive
         self._texts: list[str] = []
         self._tokens: list[int] = []
+        self._logprobs: list[TokenLogprob] | None = [] if logprobs else None
         self._end: StreamChunk | BaseException | None = None
 
     @property
@@ -109,6 +112,8 @@ class RequestHandle:
         assert isinstance(event, StreamChunk)
         self._texts.append(event.text)
         self._tokens.extend(event.token_ids)
+        if self._logprobs is not None:
+            self._logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
             self._end = event
         return event
@@ -157,6 +162,7 @@ class RequestHandle:
             finish_reason=end.finish_reason,
             usage=end.usage,
             timings=end.timings,
+            logprobs=None if self._logprobs is None else tuple(self._logprobs),
         )
 
     def __del__(self) -> None:

@@ -48,7 +48,6 @@ class EngineConfig:
             own pooling, falling back to ``mean`` when the model declares none).
         embedding_n_ctx: Token budget of one embedding batch; also the longest text embedded.
         embedding_n_seq_max: Most texts embedded in one decode.
-        verbose: Let llama.cpp's own log lines through at INFO level instead of DEBUG.
     """
 
     model: str | None = None
@@ -66,7 +65,6 @@ class EngineConfig:
     embedding_pooling: Pooling = "model"
     embedding_n_ctx: int = 2048
     embedding_n_seq_max: int = 16
-    verbose: bool = False
 
     def __post_init__(self) -> None:
         checks = {

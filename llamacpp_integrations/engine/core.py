@@ -25,12 +25,13 @@ from ..errors import (
 from .config import EngineConfig
 from .embedder import EmbeddingContext
 from .inbox import Inbox
+from .logprobs import LogprobComputer
 from .output import OutputProcessor
 from .requests import EmbedJob, PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
 from .sampler import SamplerChain
 from .scheduler import Scheduler, SeqState, StepPlan
-from .types import FinishReason, StreamChunk, Timings, Usage
+from .types import FinishReason, StreamChunk, Timings, TokenLogprob, Usage
 
 __all__ = ["EngineCore"]
 
@@ -49,6 +50,7 @@ class ActiveRequest:
     first_token_at: float | None = None
     generated: list[int] = field(default_factory=list)
     unsent_ids: list[int] = field(default_factory=list)
+    unsent_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
@@ -90,6 +92,7 @@ class EngineCore:
         self.embeds: deque[EmbedProgress] = deque()
         self._embedding_pooling = embedding_pooling
         self._embedder: EmbeddingContext | None = None
+        self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
 
@@ -179,9 +182,9 @@ class EngineCore:
             if entry.logits_last:
                 active = self.active[seq.request_id]
                 token = active.sampler.sample(self.context, entry.logits_index)
-                self._on_token(active, token, now)
+                self._on_token(active, token, now, entry.logits_index)
 
-    def _on_token(self, active: ActiveRequest, token: int, now: float) -> None:
+    def _on_token(self, active: ActiveRequest, token: int, now: float, logits_index: int) -> None:
         request = active.prepared
         if active.first_token_at is None:
             active.first_token_at = now
@@ -190,6 +193,17 @@ class EngineCore:
             return
         active.generated.append(token)
         active.unsent_ids.append(token)
+        if request.logprobs is not None:
+            # The raw row is still that of this step's decode: sampling only reads it.
+            computer = self._logprobs or self._make_logprob_computer()
+            active.unsent_logprobs.append(
+                computer.compute(
+                    self.context.logits_view(logits_index),
+                    token,
+                    request.logprobs,
+                    special=request.special,
+                )
+            )
         text = active.output.feed(self.model.token_to_piece(token, special=request.special))
         if active.output.stopped:
             self._finish(active, "stop", text)
@@ -204,10 +218,19 @@ class EngineCore:
 
     def _send(self, active: ActiveRequest, text: str) -> bool:
         chunk = StreamChunk(
-            request_id=active.prepared.request_id, text=text, token_ids=tuple(active.unsent_ids)
+            request_id=active.prepared.request_id,
+            text=text,
+            token_ids=tuple(active.unsent_ids),
+            logprobs=tuple(active.unsent_logprobs),
         )
         active.unsent_ids = []
+        if active.unsent_logprobs:
+            active.unsent_logprobs = []
         return active.prepared.channel.put(chunk)
+
+    def _make_logprob_computer(self) -> LogprobComputer:
+        self._logprobs = LogprobComputer(self.model)
+        return self._logprobs
 
     # ---- endings --------------------------------------------------------------------------
 
@@ -234,6 +257,7 @@ class EngineCore:
                         cached_prompt_tokens=active.seq.n_reused,
                     ),
                     timings=self._timings(active, now),
+                    logprobs=tuple(active.unsent_logprobs),
                 )
             )
         else:

@@ -290,6 +290,7 @@ class Engine:
             grammar=request.grammar,
             ignore_eos=request.ignore_eos,
             special=request.special,
+            logprobs=request.logprobs,
             submitted_at=now,
             deadline=None if request.timeout is None else now + request.timeout,
             channel=channel,
@@ -303,7 +304,13 @@ class Engine:
         )
 
     def _handle(self, prepared: PreparedRequest, channel: EventChannel) -> RequestHandle:
-        return RequestHandle(prepared.request_id, channel, self._inbox.cancel, self._alive)
+        return RequestHandle(
+            prepared.request_id,
+            channel,
+            self._inbox.cancel,
+            self._alive,
+            logprobs=prepared.logprobs is not None,
+        )
 
     def submit(
         self, request: GenerationRequest, *, queue_timeout: float | None = 0.0

@@ -10,13 +10,13 @@ import llama_cpp
 
 _logger = logging.getLogger("llamacpp_integrations.llama_cpp")
 
-# ggml_log_level: 0 none, 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line.
+# ggml_log_level (ggml.h): 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continues the last line.
 _LEVELS = {
-    0: logging.CRITICAL,
+    0: logging.INFO,
     1: logging.DEBUG,
     2: logging.INFO,
-    3: logging.ERROR,
-    4: logging.DEBUG,
+    3: logging.WARNING,
+    4: logging.ERROR,
 }
 
 

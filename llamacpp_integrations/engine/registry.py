@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import replace
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..models import resolve_model_path

@@ -27,6 +27,7 @@ class PreparedRequest:
     grammar: str | None
     ignore_eos: bool
     special: bool
+    logprobs: int | None = None
     submitted_at: float
     deadline: float | None
     channel: EventChannel = field(repr=False)

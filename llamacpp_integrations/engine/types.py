@@ -25,8 +25,12 @@ __all__ = [
     "SamplingParams",
     "StreamChunk",
     "Timings",
+    "TokenLogprob",
+    "TopLogprob",
     "Usage",
 ]
+
+MAX_TOP_LOGPROBS = 20
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
@@ -133,6 +137,10 @@ class GenerationRequest:
         ignore_eos: Keep generating past end-of-generation tokens (benchmarks).
         timeout: Seconds from submission after which the request fails with a timeout.
         special: Render special tokens (control markers) into the text.
+        logprobs: Per-token log-probabilities: ``None`` for none, ``0`` for the log-probability
+            of each generated token, ``k`` (up to 20) for it and the ``k`` most likely tokens at
+            each step. They come with every ``StreamChunk`` and in ``Completion.logprobs``; see
+            ``TokenLogprob`` for what they measure.
         request_id: Identifier carried by every event and error of this request.
     """
 
@@ -144,6 +152,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     timeout: float | None = None
     special: bool = False
+    logprobs: int | None = None
     request_id: str = field(default_factory=new_request_id)
 
     def validate_common(self, n_vocab: int) -> None:
@@ -157,6 +166,15 @@ class GenerationRequest:
             problems.append("stop strings must be non-empty strings")
         if self.timeout is not None and not self.timeout > 0:
             problems.append("timeout must be > 0 seconds")
+        if self.logprobs is not None and (
+            isinstance(self.logprobs, bool)
+            or not isinstance(self.logprobs, int)
+            or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS
+        ):
+            problems.append(
+                f"logprobs must be None or an integer from 0 to {MAX_TOP_LOGPROBS}, "
+                f"not {self.logprobs!r}"
+            )
         if self.grammar is not None and not self.grammar.strip():
             problems.append("grammar is empty")
         if isinstance(self.grammar_triggers, str):
@@ -235,8 +253,53 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    """One of the most likely tokens at a step, with its log-probability."""
+
+    token: str
+    token_id: int
+    logprob: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The log-probability of one generated token, and the most likely tokens at its step.
+
+    The probabilities are the model's own distribution: a softmax over the whole vocabulary of
+    the raw logits, before logit bias, penalties, temperature, truncation (top-k, top-p, min-p)
+    and grammar are applied. This is what llama.cpp's server reports for ``n_probs`` with
+    ``post_sampling_probs`` off. So a token picked by a sampler at high temperature, or forced by
+    a grammar, can have a low log-probability here, and the sampled token need not be ``top[0]``.
+
+    Attributes:
+        token: The token's text, decoded with ``errors="replace"`` (a token holding part of a
+            UTF-8 character shows U+FFFD here; ``bytes`` has the exact bytes). Control tokens are
+            rendered only when the request has ``special=True``, as in the answer's text.
+        token_id: The token's id in the model's vocabulary.
+        logprob: Natural logarithm of the token's probability (always <= 0).
+        bytes: The raw bytes of the token's text.
+        top: The ``logprobs`` most likely tokens at this step, most likely first (ties by token
+            id); empty when the request asked for ``logprobs=0``.
+    """
+
+    token: str
+    token_id: int
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class StreamChunk:
-    """One piece of a streamed answer. The last chunk has ``finish_reason`` and ``usage`` set."""
+    """One piece of a streamed answer. The last chunk has ``finish_reason`` and ``usage`` set.
+
+    ``token_ids`` and ``logprobs`` hold the tokens sampled since the previous chunk. Their text is
+    usually in ``text``, but it can show up in a later chunk (a UTF-8 character split over tokens,
+    text held back as a possible stop string), and the text of the tokens that make up a stop
+    string is never shown. Concatenated over all chunks they give one entry per generated token;
+    a final end-of-generation token is not one. ``logprobs`` is empty unless the request asked.
+    """
 
     request_id: str
     text: str
@@ -244,11 +307,12 @@ class StreamChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     timings: Timings | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished answer."""
+    """A finished answer. ``logprobs`` (one per token of ``token_ids``) only when asked for."""
 
     request_id: str
     text: str
@@ -256,3 +320,4 @@ class Completion:
     finish_reason: FinishReason
     usage: Usage
     timings: Timings
+    logprobs: tuple[TokenLogprob, ...] | None = None

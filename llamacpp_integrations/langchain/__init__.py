@@ -1,0 +1,8 @@
+"""LangChain adapters over the shared llama.cpp engine."""
+
+from __future__ import annotations
+
+from .chat_model import ChatLlamaCpp
+from .embeddings import LlamaCppEmbeddings
+
+__all__ = ["ChatLlamaCpp", "LlamaCppEmbeddings"]

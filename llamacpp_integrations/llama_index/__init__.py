@@ -1,0 +1,16 @@
+"""LlamaIndex adapters over the shared llama.cpp engine.
+
+* :class:`LlamaCpp`: a ``FunctionCallingLLM`` (chat, completion, streaming, async, tool calling
+  and grammar-constrained structured output) for agents, query engines and chat engines;
+* :class:`LlamaCppEmbedding`: a ``BaseEmbedding`` for indexes and retrievers.
+
+Both built with the same ``model`` and engine settings share one engine (one copy of the
+weights). Needs the ``llama-index`` extra: ``pip install 'llamacpp-integrations[llama-index]'``.
+"""
+
+from __future__ import annotations
+
+from .embedding import LlamaCppEmbedding
+from .llm import LlamaCpp
+
+__all__ = ["LlamaCpp", "LlamaCppEmbedding"]

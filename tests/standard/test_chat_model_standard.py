@@ -1,0 +1,146 @@
+"""LangChain's standard chat model suites, run against ChatLlamaCpp on SmolLM2-135M.
+
+Capability flags say what the adapter truly supports. Tests that fail only because a 135M model
+answers wrongly are xfailed below with the reason; every other failure is a bug.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_tests.integration_tests import ChatModelIntegrationTests
+from langchain_tests.unit_tests import ChatModelUnitTests
+
+from llamacpp_integrations.langchain import ChatLlamaCpp
+from llamacpp_integrations.models import models_dir
+from tests.conftest import SMOLLM
+
+MODEL = "smollm2-135m"
+# The same settings for every test instance, so they all share one registry engine.
+PARAMS: dict[str, Any] = {"model": MODEL, "n_ctx_per_seq": 2048, "seed": 7}
+
+
+class TestChatLlamaCppUnit(ChatModelUnitTests):
+    @property
+    def chat_model_class(self) -> type[BaseChatModel]:
+        return ChatLlamaCpp
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return PARAMS
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def returns_usage_metadata(self) -> bool:
+        return True
+
+    @property
+    def standard_chat_model_params(self) -> dict[str, Any]:
+        # The unit suite adds api_key="test"; ChatLlamaCpp accepts and ignores it.
+        return super().standard_chat_model_params
+
+
+WEAK_MODEL = "SmolLM2-135M answers wrongly; the integration's own guarantee holds"
+
+
+class TestChatLlamaCppIntegration(ChatModelIntegrationTests):
+    @property
+    def chat_model_class(self) -> type[BaseChatModel]:
+        return ChatLlamaCpp
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return PARAMS
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def returns_usage_metadata(self) -> bool:
+        return True
+
+    @property
+    def supports_model_override(self) -> bool:
+        return True
+
+    @property
+    def model_override_value(self) -> str:
+        # Another spelling of a model with a chat template (Gemma 3 270M's GGUF has none): the
+        # file's path. The registry resolves it to the same engine.
+        return str(models_dir() / SMOLLM)
+
+    @property
+    def supported_usage_metadata_details(self) -> dict[str, Any]:
+        return {"invoke": ["cache_read_input"], "stream": ["cache_read_input"]}
+
+    def invoke_with_cache_read_input(self, *, stream: bool = False) -> Any:
+        llm = ChatLlamaCpp(**PARAMS, max_tokens=8)
+        prompt = "Summarise in one word: " + "the quick brown fox jumps over the lazy dog. " * 20
+        llm.invoke(prompt)  # the second request finds the prompt in the KV cache
+        if stream:
+            full = None
+            for chunk in llm.stream(prompt):
+                full = chunk if full is None else full + chunk
+            return full
+        return llm.invoke(prompt)
+
+    @property
+    def supports_image_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_image_urls(self) -> bool:
+        return False
+
+    @property
+    def supports_pdf_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_audio_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_video_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_anthropic_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_image_tool_message(self) -> bool:
+        return False
+
+    @property
+    def supports_pdf_tool_message(self) -> bool:
+        return False
