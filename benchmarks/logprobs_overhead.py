@@ -14,6 +14,7 @@ figure. Nothing is asserted; this is a report. Run from the repository root, wit
 ``LLAMACPP_INTEGRATIONS_MODELS`` pointing at the models folder::
 
     python benchmarks/logprobs_overhead.py [--model smollm2-135m] [--max-tokens 128] [--top 5]
+                                           [--repeat 7] [--threads N]
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=None, help="decode threads (all cores)")
     args = parser.parse_args()
 
-    with Engine(EngineConfig(model=args.model, n_seq_max=1, n_ctx_per_seq=1024)) as engine:
+    config = EngineConfig(model=args.model, n_seq_max=1, n_ctx_per_seq=1024, n_threads=args.threads)
+    with Engine(config) as engine:
         print(f"model {engine.info.name or engine.info.path}: n_vocab={engine.info.n_vocab}")
         per_token_ms(engine, 16, None)  # warm-up (weights paged in, prompt cached)
         off: list[float] = []

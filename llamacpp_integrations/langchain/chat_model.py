@@ -158,11 +158,12 @@ class ChatLlamaCpp(BaseChatModel):
 
     @property
     def model_name(self) -> str:
-        """The model's name: from the GGUF header, else its file name."""
-        engine = self._engine
-        if engine is not None:
-            return engine.info.name or Path(engine.info.path).stem
-        return self.model or "llamacpp"
+        """The model as the user named it; without a name (``LLAMACPP_MODEL``), the GGUF's
+        own name or its file name."""
+        if self.model:
+            return self.model
+        engine = self._get_engine()
+        return engine.info.name or Path(engine.info.path).stem
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -295,9 +296,11 @@ class ChatLlamaCpp(BaseChatModel):
             "support": self._support(engine, request.chat_template),
         }
 
-    def _metadata(self, finish_reason: str | None, timings: Any, logprobs: Any) -> dict[str, Any]:
+    def _metadata(
+        self, name: str, finish_reason: str | None, timings: Any, logprobs: Any
+    ) -> dict[str, Any]:
         metadata: dict[str, Any] = {
-            "model_name": self.model_name,
+            "model_name": name,
             "model_provider": _PROVIDER,
             "finish_reason": finish_reason,
         }
@@ -342,17 +345,19 @@ class ChatLlamaCpp(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        engine = self._get_engine(kwargs.pop("model", None))
+        model = kwargs.pop("model", None)
+        engine = self._get_engine(model)
         request, options = self._request(messages, stop, kwargs)
+        name = model or self.model_name
         if self._uses_tools(options):
             tools = options["tools"]
             tool_kwargs = self._tool_kwargs(engine, request, options)
             result = self._with_retries(
                 lambda: generate_with_tools(engine, request, tools, **tool_kwargs)
             )
-            return self._tool_result(result)
+            return self._tool_result(result, name)
         completion = self._with_retries(lambda: engine.generate(request))
-        return self._plain_result(completion)
+        return self._plain_result(completion, name)
 
     async def _agenerate(
         self,
@@ -361,30 +366,35 @@ class ChatLlamaCpp(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        engine = self._get_engine(kwargs.pop("model", None))
+        model = kwargs.pop("model", None)
+        engine = self._get_engine(model)
         request, options = self._request(messages, stop, kwargs)
+        name = model or self.model_name
         if self._uses_tools(options):
             tools = options["tools"]
             tool_kwargs = self._tool_kwargs(engine, request, options)
             result = await self._awith_retries(
                 lambda: agenerate_with_tools(engine, request, tools, **tool_kwargs)
             )
-            return self._tool_result(result)
+            return self._tool_result(result, name)
         completion = await self._awith_retries(lambda: engine.agenerate(request))
-        return self._plain_result(completion)
+        return self._plain_result(completion, name)
 
-    def _plain_result(self, completion: Any) -> ChatResult:
+    def _plain_result(self, completion: Any, name: str) -> ChatResult:
         message = AIMessage(
             content=completion.text,
             usage_metadata=usage_metadata(completion.usage),
             response_metadata=self._metadata(
-                completion.finish_reason, completion.timings, getattr(completion, "logprobs", None)
+                name,
+                completion.finish_reason,
+                completion.timings,
+                getattr(completion, "logprobs", None),
             ),
             id=completion.request_id,
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _tool_result(self, result: Any) -> ChatResult:
+    def _tool_result(self, result: Any, name: str) -> ChatResult:
         completion = result.completion
         additional: dict[str, Any] = {}
         if result.tool_calls:
@@ -395,7 +405,10 @@ class ChatLlamaCpp(BaseChatModel):
             additional_kwargs=additional,
             usage_metadata=usage_metadata(completion.usage),
             response_metadata=self._metadata(
-                result.finish_reason, completion.timings, getattr(completion, "logprobs", None)
+                name,
+                result.finish_reason,
+                completion.timings,
+                getattr(completion, "logprobs", None),
             ),
             id=completion.request_id,
         )
@@ -403,7 +416,9 @@ class ChatLlamaCpp(BaseChatModel):
 
     # ---- stream ---------------------------------------------------------------------------
 
-    def _chunk(self, piece: ToolStreamChunk, logprobs: Any = None) -> ChatGenerationChunk:
+    def _chunk(
+        self, piece: ToolStreamChunk, name: str, logprobs: Any = None
+    ) -> ChatGenerationChunk:
         last = piece.finish_reason is not None
         message = AIMessageChunk(
             content=piece.text,
@@ -414,7 +429,9 @@ class ChatLlamaCpp(BaseChatModel):
         if last:
             assert piece.usage is not None  # the engine's last chunk always carries usage
             message.usage_metadata = usage_metadata(piece.usage)
-            message.response_metadata = self._metadata(piece.finish_reason, piece.timings, None)
+            message.response_metadata = self._metadata(
+                name, piece.finish_reason, piece.timings, None
+            )
         if logprobs:
             message.response_metadata.setdefault("logprobs", {"content": []})
             message.response_metadata["logprobs"]["content"] += [
@@ -429,8 +446,10 @@ class ChatLlamaCpp(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        engine = self._get_engine(kwargs.pop("model", None))
+        model = kwargs.pop("model", None)
+        engine = self._get_engine(model)
         request, options = self._request(messages, stop, kwargs)
+        name = model or self.model_name
         if self._uses_tools(options):
             pieces: Iterator[tuple[ToolStreamChunk, Any]] = (
                 (piece, None)
@@ -441,7 +460,7 @@ class ChatLlamaCpp(BaseChatModel):
         else:
             pieces = (_as_tool_chunk(chunk) for chunk in engine.stream(request))
         for piece, logprobs in pieces:
-            chunk = self._chunk(piece, logprobs)
+            chunk = self._chunk(piece, name, logprobs)
             if run_manager is not None and piece.text:
                 run_manager.on_llm_new_token(piece.text, chunk=chunk)
             yield chunk
@@ -453,20 +472,22 @@ class ChatLlamaCpp(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        engine = self._get_engine(kwargs.pop("model", None))
+        model = kwargs.pop("model", None)
+        engine = self._get_engine(model)
         request, options = self._request(messages, stop, kwargs)
+        name = model or self.model_name
         if self._uses_tools(options):
             async for piece in astream_with_tools(
                 engine, request, options["tools"], **self._tool_kwargs(engine, request, options)
             ):
-                chunk = self._chunk(piece)
+                chunk = self._chunk(piece, name)
                 if run_manager is not None and piece.text:
                     await run_manager.on_llm_new_token(piece.text, chunk=chunk)
                 yield chunk
             return
         async for raw in engine.astream(request):
             piece, logprobs = _as_tool_chunk(raw)
-            chunk = self._chunk(piece, logprobs)
+            chunk = self._chunk(piece, name, logprobs)
             if run_manager is not None and piece.text:
                 await run_manager.on_llm_new_token(piece.text, chunk=chunk)
             yield chunk
