@@ -38,9 +38,6 @@ __all__ = [
 ]
 
 _IMAGE_TYPES = {"image", "image_url", "input_image"}
-# v1 block types an AI message may carry that are not prompt text (the calls themselves are
-# read from ``AIMessage.tool_calls``).
-_SKIPPED_AI_TYPES = {"tool_call", "tool_call_chunk", "invalid_tool_call", "reasoning"}
 _SKIPPED_ANY_TYPES = {"non_standard"}
 
 _ROLES: dict[type[BaseMessage], str] = {
@@ -67,7 +64,9 @@ def _text(content: str | list[str | dict[str, Any]], role: str) -> str:
             raise ImageInputNotSupportedError(
                 "this model has no image projector (mmproj), so it cannot take image inputs"
             )
-        elif kind in _SKIPPED_ANY_TYPES or (role == "assistant" and kind in _SKIPPED_AI_TYPES):
+        elif kind in _SKIPPED_ANY_TYPES or role == "assistant":
+            # An earlier answer may carry other providers' blocks (tool_use, thinking...):
+            # its calls are read from AIMessage.tool_calls, the rest is not prompt text.
             continue
         else:
             raise UnsupportedContentError(

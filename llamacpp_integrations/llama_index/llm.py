@@ -274,9 +274,10 @@ class LlamaCpp(FunctionCallingLLM):
 
     Keyword arguments of ``chat`` / ``complete`` (and of ``llm_kwargs``) override the fields of
     the same names for one call: the sampling fields, ``max_tokens``, ``stop``, ``timeout``;
-    ``chat`` also takes ``tools`` (OpenAI-style dicts), ``tool_choice`` (``"auto"``,
-    ``"none"``, ``"required"`` or a tool name), ``parallel_tool_calls`` and ``response_format``
-    (a pydantic class, ``{"type": "json_object"}`` or an OpenAI ``json_schema`` format).
+    ``chat`` also takes ``tools`` (OpenAI-style dicts or LlamaIndex tools), ``tool_choice``
+    (``"auto"``, ``"none"``, ``"required"`` or a tool name), ``parallel_tool_calls`` and
+    ``response_format`` (a pydantic class, ``{"type": "json_object"}`` or an OpenAI
+    ``json_schema`` format).
     Unknown keyword arguments raise ``InvalidRequestError``.
     """
 
@@ -402,7 +403,10 @@ class LlamaCpp(FunctionCallingLLM):
         stop = pick("stop") or ()
         if isinstance(stop, str):
             stop = (stop,)
-        tools = kwargs.get("tools") or None
+        tools = [
+            tools_to_openai([tool])[0] if hasattr(tool, "metadata") else tool
+            for tool in kwargs.get("tools") or ()
+        ]
         structured = "response_format" in kwargs and kwargs["response_format"] is not None
         if tools and structured:
             raise InvalidRequestError("tools and response_format cannot be used together")

@@ -217,3 +217,19 @@ async def test_agent_runs_async() -> None:
     state = await agent.ainvoke({"messages": [HumanMessage("Add 2 and 3.")]})
     assert any(isinstance(m, ToolMessage) for m in state["messages"])
     assert isinstance(state["messages"][-1], AIMessage)
+
+
+def test_logprobs_on_request() -> None:
+    llm = make_llm(logprobs=True, top_logprobs=2, max_tokens=8)
+    message = llm.invoke("Say hi.")
+    entries = message.response_metadata["logprobs"]["content"]
+    assert message.usage_metadata is not None
+    assert len(entries) == message.usage_metadata["output_tokens"]
+    assert all(e["logprob"] <= 0 and len(e["top_logprobs"]) == 2 for e in entries)
+    streamed = [
+        e
+        for chunk in llm.stream("Say hi.")
+        for e in chunk.response_metadata.get("logprobs", {}).get("content", [])
+    ]
+    assert len(streamed) == len(entries)
+    assert "logprobs" not in make_llm(max_tokens=4).invoke("Hi").response_metadata
