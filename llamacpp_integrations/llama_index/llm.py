@@ -73,6 +73,7 @@ from .messages import (
     parse_partial_json,
     response_raw,
     to_engine_messages,
+    to_logprobs,
     tool_selections,
     tools_to_openai,
     usage_kwargs,
@@ -98,7 +99,7 @@ _SAMPLING_FIELDS = (
     "frequency_penalty",
     "seed",
 )
-_REQUEST_FIELDS = ("max_tokens", "stop", "timeout")
+_REQUEST_FIELDS = ("max_tokens", "stop", "timeout", "logprobs", "top_logprobs")
 _TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 _ENGINE_FIELDS = ("n_ctx_per_seq", "n_seq_max", "n_threads", "n_gpu_layers")
 
@@ -142,6 +143,7 @@ class _Options:
     max_tokens: int | None
     stop: tuple[str, ...]
     timeout: float | None
+    logprobs: int | None
     tools: list[dict[str, Any]] | None
     tool_choice: object
     parallel_tool_calls: bool
@@ -188,12 +190,13 @@ class _ChatStream:
                 chunk.request_id, self._model, finish_reason, chunk.usage, chunk.timings
             ),
             additional_kwargs=usage_kwargs(chunk.usage),
+            logprobs=to_logprobs(chunk.logprobs) if isinstance(chunk, StreamChunk) else None,
         )
 
     def text(self, chunk: StreamChunk) -> ChatResponse | None:
         self._text += chunk.text
         self.finish_reason = chunk.finish_reason
-        if not chunk.text and chunk.finish_reason is None:
+        if not chunk.text and not chunk.logprobs and chunk.finish_reason is None:
             return None
         return self._response(chunk, chunk.finish_reason)
 
@@ -273,12 +276,18 @@ class LlamaCpp(FunctionCallingLLM):
     request runs in one sequence of the batch, so that is what one prompt plus its answer fits.
 
     Keyword arguments of ``chat`` / ``complete`` (and of ``llm_kwargs``) override the fields of
-    the same names for one call: the sampling fields, ``max_tokens``, ``stop``, ``timeout``;
-    ``chat`` also takes ``tools`` (OpenAI-style dicts or LlamaIndex tools), ``tool_choice``
-    (``"auto"``, ``"none"``, ``"required"`` or a tool name), ``parallel_tool_calls`` and
-    ``response_format`` (a pydantic class, ``{"type": "json_object"}`` or an OpenAI
-    ``json_schema`` format).
-    Unknown keyword arguments raise ``InvalidRequestError``.
+    the same names for one call: the sampling fields, ``max_tokens``, ``stop``, ``timeout``,
+    ``logprobs``, ``top_logprobs``. ``chat`` also takes ``tools`` (OpenAI-style dicts or
+    LlamaIndex tools), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or a tool name),
+    ``parallel_tool_calls`` and ``response_format`` (a pydantic class, ``{"type":
+    "json_object"}`` or an OpenAI ``json_schema`` format). Unknown keyword arguments raise
+    ``InvalidRequestError``.
+
+    Responses: ``raw`` holds the engine's report (``id``, ``model``, ``finish_reason``,
+    ``usage`` with ``cached_prompt_tokens``, ``timings``); ``additional_kwargs`` the token
+    counts as llama-index-llms-openai reports them; tool calls are ``ToolCallBlock`` s of the
+    message and, OpenAI-shaped, its ``additional_kwargs["tool_calls"]``. Streamed responses are
+    cumulative (``message`` so far, ``delta`` new); the last one carries usage and timings.
     """
 
     model: str | None = Field(
@@ -301,6 +310,14 @@ class LlamaCpp(FunctionCallingLLM):
         "sequence's context is full). Reported as metadata.num_output.",
     )
     stop: list[str] | None = Field(default=None, description="Strings that end generation.")
+    logprobs: bool = Field(
+        default=False,
+        description="Return per-token log-probabilities in the responses' logprobs (each token "
+        "first, then the top_logprobs most likely tokens at its step).",
+    )
+    top_logprobs: int = Field(
+        default=0, ge=0, le=20, description="Most likely tokens reported per step with logprobs."
+    )
     timeout: float | None = Field(
         default=None, gt=0.0, description="Seconds a request may take before it fails."
     )
@@ -415,6 +432,7 @@ class LlamaCpp(FunctionCallingLLM):
             max_tokens=pick("max_tokens"),
             stop=tuple(stop),
             timeout=pick("timeout"),
+            logprobs=(pick("top_logprobs") or 0) if pick("logprobs") else None,
             tools=list(tools) if tools else None,
             tool_choice=kwargs.get("tool_choice", "auto"),
             parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", True)),
@@ -429,6 +447,7 @@ class LlamaCpp(FunctionCallingLLM):
             max_tokens=options.max_tokens,
             stop=options.stop,
             timeout=options.timeout,
+            logprobs=options.logprobs,
             chat_template=self.chat_template,
         )
 
@@ -445,6 +464,7 @@ class LlamaCpp(FunctionCallingLLM):
             max_tokens=options.max_tokens,
             stop=options.stop,
             timeout=options.timeout,
+            logprobs=options.logprobs,
         )
 
     # ---- responses ------------------------------------------------------------------------
@@ -454,6 +474,7 @@ class LlamaCpp(FunctionCallingLLM):
             message=assistant_message(completion.text),
             raw=completion_raw(completion, self._model_name(engine)),
             additional_kwargs=usage_kwargs(completion.usage),
+            logprobs=to_logprobs(completion.logprobs),
         )
 
     def _completion_response(self, completion: Completion, engine: Engine) -> CompletionResponse:
@@ -461,6 +482,7 @@ class LlamaCpp(FunctionCallingLLM):
             text=completion.text,
             raw=completion_raw(completion, self._model_name(engine)),
             additional_kwargs=usage_kwargs(completion.usage),
+            logprobs=to_logprobs(completion.logprobs),
         )
 
     def _tool_kwargs(self, engine: Engine, options: _Options) -> dict[str, Any]:
@@ -487,6 +509,7 @@ class LlamaCpp(FunctionCallingLLM):
                 message=assistant_message(result.content, result.tool_calls),
                 raw=completion_raw(result.completion, model, result.finish_reason),
                 additional_kwargs=usage_kwargs(result.completion.usage),
+                logprobs=to_logprobs(result.completion.logprobs),
             )
         if options.structured:
             completion = generate_structured(engine, request, options.schema).completion
@@ -509,6 +532,7 @@ class LlamaCpp(FunctionCallingLLM):
                 message=assistant_message(result.content, result.tool_calls),
                 raw=completion_raw(result.completion, model, result.finish_reason),
                 additional_kwargs=usage_kwargs(result.completion.usage),
+                logprobs=to_logprobs(result.completion.logprobs),
             )
         if options.structured:
             completion = (await agenerate_structured(engine, request, options.schema)).completion
@@ -602,7 +626,7 @@ class LlamaCpp(FunctionCallingLLM):
     def _completion_chunks(
         self, chunk: StreamChunk, text: str, model: str
     ) -> CompletionResponse | None:
-        if not chunk.text and chunk.finish_reason is None:
+        if not chunk.text and not chunk.logprobs and chunk.finish_reason is None:
             return None
         return CompletionResponse(
             text=text,
@@ -611,6 +635,7 @@ class LlamaCpp(FunctionCallingLLM):
                 chunk.request_id, model, chunk.finish_reason, chunk.usage, chunk.timings
             ),
             additional_kwargs=usage_kwargs(chunk.usage),
+            logprobs=to_logprobs(chunk.logprobs),
         )
 
     @_completion_callback

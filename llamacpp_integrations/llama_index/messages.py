@@ -30,6 +30,7 @@ from typing import Any
 from llama_index.core.base.llms.types import (
     CachePoint,
     ImageBlock,
+    LogProb,
     MessageRole,
     TextBlock,
     ThinkingBlock,
@@ -39,7 +40,7 @@ from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 
-from ..engine import ChatMessage, Completion, Timings, Usage
+from ..engine import ChatMessage, Completion, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..tools import ToolCall
 
@@ -51,6 +52,7 @@ __all__ = [
     "response_raw",
     "to_engine_message",
     "to_engine_messages",
+    "to_logprobs",
     "tool_selections",
     "tools_to_openai",
     "usage_kwargs",
@@ -258,6 +260,20 @@ def assistant_message(
             openai_tool_call(call.id, call.name, call.arguments) for call in partial
         ]
     return LIChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=additional)
+
+
+def to_logprobs(entries: Sequence[TokenLogprob] | None) -> list[list[LogProb]] | None:
+    """``ChatResponse.logprobs``: for each generated token, the token itself first, then the
+    most likely tokens at its step (as many as were asked for); ``None`` when none were."""
+    if not entries:
+        return None
+    return [
+        [
+            LogProb(token=entry.token, logprob=entry.logprob, bytes=list(entry.bytes)),
+            *(LogProb(token=t.token, logprob=t.logprob, bytes=list(t.bytes)) for t in entry.top),
+        ]
+        for entry in entries
+    ]
 
 
 def usage_kwargs(usage: Usage | None) -> dict[str, int]:

@@ -213,6 +213,23 @@ def test_call_options_and_unknown_keywords(llm: LlamaCpp) -> None:
         llm.complete("Hi", tools=[])
 
 
+def test_logprobs(engine: Engine) -> None:
+    llm = LlamaCpp(engine=engine, temperature=0.0, max_tokens=12, logprobs=True, top_logprobs=2)
+    response = llm.chat(user("Name a fruit."))
+    assert response.logprobs is not None
+    assert len(response.logprobs) == response.raw["usage"]["completion_tokens"]
+    for step in response.logprobs:
+        assert len(step) == 3  # the generated token, then the two most likely
+        assert all(entry.logprob <= 0 for entry in step)
+        assert step[1].logprob >= step[2].logprob
+    streamed = list(llm.stream_chat(user("Name a fruit.")))
+    n_streamed = sum(len(r.logprobs or []) for r in streamed)
+    assert n_streamed == streamed[-1].raw["usage"]["completion_tokens"]
+    completion = llm.complete("Name a fruit.", top_logprobs=0)
+    assert completion.logprobs and all(len(step) == 1 for step in completion.logprobs)
+    assert llm.chat(user("Name a fruit."), logprobs=False).logprobs is None
+
+
 def test_leaving_a_stream_early_cancels_its_request(llm: LlamaCpp, engine: Engine) -> None:
     stream = llm.stream_chat(user("Write a long story about a river."), max_tokens=200)
     first = next(stream)

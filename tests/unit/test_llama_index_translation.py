@@ -36,7 +36,7 @@ from llama_index.core.llms.llm import LLM, ToolSelection
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 
-from llamacpp_integrations.engine import Usage
+from llamacpp_integrations.engine import TokenLogprob, TopLogprob, Usage
 from llamacpp_integrations.errors import (
     ImageInputNotSupportedError,
     InvalidRequestError,
@@ -51,6 +51,7 @@ from llamacpp_integrations.llama_index.messages import (
     response_raw,
     to_engine_message,
     to_engine_messages,
+    to_logprobs,
     tool_selections,
     tools_to_openai,
     usage_kwargs,
@@ -374,6 +375,21 @@ def test_single_call_kept_when_parallel_calls_are_not_allowed() -> None:
     assert [c.tool_name for c in llm.get_tool_calls_from_response(kept)] == ["add"]
     both = llm._validate_chat_with_tools_response(response, [], allow_parallel_tool_calls=True)
     assert len(llm.get_tool_calls_from_response(both)) == 2
+
+
+def test_logprobs_put_the_generated_token_first() -> None:
+    top = (
+        TopLogprob(token="Hi", token_id=2, logprob=-0.1, bytes=(72, 105)),
+        TopLogprob(token="Yo", token_id=3, logprob=-2.5, bytes=(89, 111)),
+    )
+    entries = [TokenLogprob(token="Yo", token_id=3, logprob=-2.5, bytes=(89, 111), top=top)]
+    (step,) = to_logprobs(entries) or []
+    assert [(p.token, p.logprob, p.bytes) for p in step] == [
+        ("Yo", -2.5, [89, 111]),
+        ("Hi", -0.1, [72, 105]),
+        ("Yo", -2.5, [89, 111]),
+    ]
+    assert to_logprobs(None) is None and to_logprobs(()) is None
 
 
 def test_usage_shapes() -> None:
