@@ -143,6 +143,13 @@ class ChatLlamaCpp(BaseChatModel):
                     self._engine = engine_for(self.engine, self.model, self._settings())
         return self._engine
 
+    async def _aget_engine(self, model: str | None = None) -> Engine:
+        """``_get_engine`` for async callers: a first use loads the weights (a second or more)
+        on a thread, so the event loop keeps running meanwhile."""
+        if self._engine is not None and (model is None or model == self.model):
+            return self._engine
+        return await asyncio.to_thread(self._get_engine, model)
+
     def _support(self, engine: Engine, chat_template: str | None) -> TemplateToolSupport:
         if chat_template != self.chat_template:
             return detect_tool_support(engine, chat_template)
@@ -367,7 +374,7 @@ class ChatLlamaCpp(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         model = kwargs.pop("model", None)
-        engine = self._get_engine(model)
+        engine = await self._aget_engine(model)
         request, options = self._request(messages, stop, kwargs)
         name = model or self.model_name
         if self._uses_tools(options):
@@ -473,7 +480,7 @@ class ChatLlamaCpp(BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         model = kwargs.pop("model", None)
-        engine = self._get_engine(model)
+        engine = await self._aget_engine(model)
         request, options = self._request(messages, stop, kwargs)
         name = model or self.model_name
         if self._uses_tools(options):
