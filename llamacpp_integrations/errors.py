@@ -9,7 +9,8 @@ The tree::
     │   ├── ChatTemplateError           no chat template, or the template failed to render
     │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
     │   ├── UnsupportedContentError     a message part of a kind the package cannot pass on
-    │   └── ImageInputNotSupportedError an image given to a model without an image projector
+    │   ├── ImageInputNotSupportedError an image given to a model without an image projector
+    │   └── ImageLoadError              an image input refused or unreadable; ``reason`` says why
     ├── EngineOverloadedError           the admission queue stayed full
     ├── EngineClosedError               the engine was closed (or its worker died)
     ├── RequestCancelledError           the request was cancelled before it finished
@@ -24,6 +25,8 @@ also carry the text generated so far in ``partial_text``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "ChatTemplateError",
     "ContextOverflowError",
@@ -31,6 +34,8 @@ __all__ = [
     "EngineError",
     "EngineOverloadedError",
     "ImageInputNotSupportedError",
+    "ImageLoadError",
+    "ImageLoadReason",
     "InvalidRequestError",
     "LlamaCppIntegrationError",
     "ModelLoadError",
@@ -98,6 +103,50 @@ class UnsupportedContentError(InvalidRequestError):
 
 class ImageInputNotSupportedError(UnsupportedContentError):
     """An image was given, but the loaded model has no image projector (``mmproj``)."""
+
+
+ImageLoadReason = Literal[
+    "bad-source",
+    "bad-url",
+    "scheme-refused",
+    "remote-disabled",
+    "private-address",
+    "path-not-allowed",
+    "not-found",
+    "fetch-failed",
+    "timeout",
+    "too-many-redirects",
+    "too-large",
+    "bad-content-type",
+    "empty",
+    "decode-failed",
+    "decompression-bomb",
+]
+"""The machine-readable reasons an ``ImageLoadError`` carries."""
+
+
+class ImageLoadError(InvalidRequestError):
+    """An image input was refused, or could not be read; ``reason`` is a short code for why.
+
+    The codes: ``bad-source`` (not bytes, a str, a path or a PIL image; or a string that is none
+    of a URL, a data URI, base64 image data or a path), ``bad-url`` (a malformed http(s) URL, or
+    one carrying credentials), ``scheme-refused`` (a URI scheme other than ``http``, ``https`` and
+    ``data``: ``file:``, ``ftp:``, ...), ``remote-disabled`` (a URL while the policy allows no
+    remote images), ``private-address`` (the host is, or resolves to, a loopback, private,
+    link-local, multicast, reserved or cloud-metadata address), ``path-not-allowed`` (a local path
+    outside the allowed directories, or no directory allowed at all), ``not-found`` (no regular
+    file at an allowed path), ``fetch-failed`` (DNS, connection, TLS or HTTP status failure),
+    ``timeout``, ``too-many-redirects``, ``too-large`` (encoded size over the cap),
+    ``bad-content-type`` (a declared or detected type the policy does not allow), ``empty`` (no
+    bytes, or an image with no pixels), ``decode-failed`` (not a readable image: corrupt,
+    truncated, bad base64, unsupported mode) and ``decompression-bomb`` (more pixels than allowed).
+    """
+
+    def __init__(
+        self, message: str, *, reason: ImageLoadReason, request_id: str | None = None
+    ) -> None:
+        super().__init__(f"image refused ({reason}): {message}", request_id=request_id)
+        self.reason: ImageLoadReason = reason
 
 
 class EngineOverloadedError(LlamaCppIntegrationError):
