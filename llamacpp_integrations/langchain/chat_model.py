@@ -31,7 +31,7 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
 from ..engine import ChatRequest, Engine, SamplingParams, engine_for
-from ..errors import EngineOverloadedError
+from ..errors import EngineOverloadedError, SchemaNotSupportedError
 from ..models import read_gguf_info, resolve_model_path
 from ..tools import (
     TemplateToolSupport,
@@ -41,6 +41,7 @@ from ..tools import (
     constrain,
     detect_tool_support,
     generate_with_tools,
+    schema_to_gbnf,
     stream_with_tools,
 )
 from .messages import (
@@ -538,7 +539,8 @@ class ChatLlamaCpp(BaseChatModel):
 
         ``method``: ``json_schema`` (default) constrains the answer with a grammar from the
         schema; ``function_calling`` forces a call of a tool with that schema; ``json_mode``
-        constrains the answer to some JSON object (the schema is only used to parse).
+        constrains the answer to a JSON object, and to the schema as well whenever the schema
+        converts to a grammar (a JSON object that parses is what json_mode is asked for).
         """
         kwargs.pop("strict", None)
         if kwargs:
@@ -559,11 +561,7 @@ class ChatLlamaCpp(BaseChatModel):
             else:
                 parser = JsonOutputKeyToolsParser(key_name=tool_name, first_tool_only=True)
         elif method in ("json_schema", "json_mode"):
-            response_format: dict[str, Any] = (
-                {"type": "json_schema", "schema": _json_schema_of(schema)}
-                if method == "json_schema"
-                else {"type": "json_object"}
-            )
+            response_format = _response_format(schema, method)
             llm = self.bind(response_format=response_format, ls_structured_output_format=ls_format)
             if is_pydantic:
                 parser = PydanticOutputParser(pydantic_object=cast(type[BaseModel], schema))
@@ -583,13 +581,27 @@ class ChatLlamaCpp(BaseChatModel):
         return RunnableMap(raw=llm) | parse_or_none
 
 
+def _response_format(schema: dict[str, Any] | type, method: str) -> dict[str, Any]:
+    """``json_schema``: the grammar from the schema. ``json_mode``: a JSON object, held to the
+    schema too when it converts to a grammar (still a JSON object, and one that parses)."""
+    json_schema = _json_schema_of(schema)
+    if method == "json_mode":
+        try:
+            schema_to_gbnf(json_schema)
+        except SchemaNotSupportedError:
+            return {"type": "json_object"}
+    return {"type": "json_schema", "schema": json_schema}
+
+
 def _json_schema_of(schema: dict[str, Any] | type) -> dict[str, Any]:
-    if isinstance(schema, type) and is_basemodel_subclass(schema):
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         return cast(type[BaseModel], schema).model_json_schema()
     if isinstance(schema, dict) and schema.get("type") == "function" and "function" in schema:
         return dict(schema["function"].get("parameters") or {"type": "object"})
     if isinstance(schema, dict) and "parameters" in schema and "name" in schema:
         return dict(schema["parameters"])  # an OpenAI function without the wrapper
+    if isinstance(schema, dict):
+        return schema  # a JSON schema already
     return convert_to_json_schema(schema)
 
 

@@ -6,7 +6,8 @@ parameter schema), so a constrained call always names an offered tool with valid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .call_syntax import CallSyntax
 from .gbnf import _alt, _literal, _Rules, _seq
@@ -20,8 +21,16 @@ __all__ = ["marker_free_text_rule", "tool_calls_gbnf"]
 MAX_PARALLEL_CALLS = 8
 
 
+def _closed(parameters: Mapping[str, Any]) -> Mapping[str, Any]:
+    # A tool's declared parameters are all it takes: without this, a tool with no parameters
+    # ({"type": "object", "properties": {}}) would accept any object as arguments.
+    if "properties" in parameters and "additionalProperties" not in parameters:
+        return {**parameters, "additionalProperties": False}
+    return parameters
+
+
 def _call_rule(rules: _Rules, tool: ToolSpec, syntax: CallSyntax) -> str:
-    arguments = schema_rule(rules, tool.parameters, f"{tool.name}-arguments")
+    arguments = schema_rule(rules, _closed(tool.parameters), f"{tool.name}-arguments")
     if syntax.named_args:
         return rules.add(f"call-{tool.name}", _seq(_literal(f"{tool.name}[ARGS]"), arguments))
     body = _seq(

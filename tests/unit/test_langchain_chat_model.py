@@ -102,7 +102,16 @@ def test_structured_output_methods(schema: Any) -> None:
     tools = bound_kwargs(llm.with_structured_output(schema, method="function_calling").first)
     assert tools["tool_choice"]["function"]["name"] == tools["tools"][0]["function"]["name"]
     assert tools["parallel_tool_calls"] is False
+    # json_mode is held to the schema too when the schema converts to a grammar...
     mode = bound_kwargs(llm.with_structured_output(schema, method="json_mode").first)
-    assert mode["response_format"] == {"type": "json_object"}
+    assert mode["response_format"]["type"] == "json_schema"
     with pytest.raises(ValueError, match="method"):
         llm.with_structured_output(schema, method="xml")  # type: ignore[arg-type]
+
+
+def test_json_mode_with_an_inexpressible_schema_is_any_object() -> None:
+    # ...and to any JSON object when it does not.
+    schema = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+    llm = ChatLlamaCpp(model="smollm2-135m")
+    mode = bound_kwargs(llm.with_structured_output(schema, method="json_mode").first)
+    assert mode["response_format"] == {"type": "json_object"}
