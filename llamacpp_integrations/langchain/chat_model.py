@@ -152,8 +152,8 @@ class ChatLlamaCpp(BaseChatModel):
         return await asyncio.to_thread(self._get_engine, model)
 
     def _support(self, engine: Engine, chat_template: str | None) -> TemplateToolSupport:
-        if chat_template != self.chat_template:
-            return detect_tool_support(engine, chat_template)
+        if chat_template != self.chat_template or engine is not self._engine:
+            return detect_tool_support(engine, chat_template)  # a per-call template or model
         if self._tool_support is None:
             self._tool_support = detect_tool_support(engine, chat_template)
         return self._tool_support
@@ -299,7 +299,7 @@ class ChatLlamaCpp(BaseChatModel):
         self, engine: Engine, request: ChatRequest, options: Mapping[str, Any]
     ) -> dict[str, Any]:
         return {
-            "tool_choice": options.get("tool_choice") or "auto",
+            "tool_choice": options.get("tool_choice", "auto"),
             "parallel_tool_calls": options.get("parallel_tool_calls", self.parallel_tool_calls),
             "support": self._support(engine, request.chat_template),
         }
