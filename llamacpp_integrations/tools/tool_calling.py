@@ -157,7 +157,7 @@ def plan_tool_request(
 
 
 def _finish(
-    plan: ToolCallPlan, stream: ToolCallStream, request_id: str, finish_reason: str
+    plan: ToolCallPlan, stream: ToolCallStream, last: str, request_id: str, finish_reason: str
 ) -> tuple[str, list[ToolCallDelta], ParsedOutput]:
     truncated = OutputTruncatedError(
         "max_tokens ended the answer inside its tool calls",
@@ -165,7 +165,7 @@ def _finish(
         partial_text=stream.text,
     )
     try:
-        content, deltas, parsed = stream.finish()
+        content, deltas, parsed = stream.finish(last)
     except ToolCallParseError as error:
         error.request_id = request_id
         if finish_reason == "length":
@@ -191,8 +191,9 @@ def _read(plan: ToolCallPlan, completion: Completion) -> ToolCallResult:
     if plan.syntax is None:
         return ToolCallResult(completion.text, (), completion)
     stream = ToolCallStream(plan.syntax)
-    stream.feed(completion.text)
-    _, _, parsed = _finish(plan, stream, completion.request_id, completion.finish_reason)
+    _, _, parsed = _finish(
+        plan, stream, completion.text, completion.request_id, completion.finish_reason
+    )
     return ToolCallResult(parsed.content, parsed.tool_calls, completion)
 
 
@@ -208,18 +209,18 @@ class _StreamReader:
             return ToolStreamChunk(
                 chunk.request_id, chunk.text, (), chunk.finish_reason, chunk.usage, chunk.timings
             )
-        text, deltas = self._stream.feed(chunk.text)
         if chunk.finish_reason is None:
+            text, deltas = self._stream.feed(chunk.text)
             return (
                 ToolStreamChunk(chunk.request_id, text, tuple(deltas)) if text or deltas else None
             )
-        more_text, more_deltas, parsed = _finish(
-            self._plan, self._stream, chunk.request_id, chunk.finish_reason
+        text, deltas, parsed = _finish(
+            self._plan, self._stream, chunk.text, chunk.request_id, chunk.finish_reason
         )
         return ToolStreamChunk(
             chunk.request_id,
-            text + more_text,
-            tuple(deltas + more_deltas),
+            text,
+            tuple(deltas),
             "tool_calls" if parsed.tool_calls else chunk.finish_reason,
             chunk.usage,
             chunk.timings,

@@ -401,12 +401,14 @@ class ToolCallStream:
             return "", []  # reported, with its position, by ``finish``
         return self._emit(snapshot)
 
-    def finish(self) -> tuple[str, list[ToolCallDelta], ParsedOutput]:
-        """The answer is complete: the last deltas and the parsed whole.
+    def finish(self, last: str = "") -> tuple[str, list[ToolCallDelta], ParsedOutput]:
+        """The answer is complete (``last``: its final piece, not fed): the last deltas and the
+        parsed whole. The answer is read once here, so a whole answer needs no ``feed``.
 
         Raises:
             ToolCallParseError: the answer opens a call that is not well-formed.
         """
+        self._text += last
         try:
             snapshot = _snapshot(self._text, self.syntax, final=True)
             for call in snapshot.calls:
@@ -455,6 +457,4 @@ def parse_tool_output(text: str, syntax: CallSyntax) -> ParsedOutput:
     Raises:
         ToolCallParseError: the answer opens a call that is not well-formed.
     """
-    stream = ToolCallStream(syntax)
-    stream.feed(text)
-    return stream.finish()[2]
+    return ToolCallStream(syntax).finish(text)[2]
