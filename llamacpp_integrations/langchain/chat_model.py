@@ -58,6 +58,8 @@ __all__ = ["ChatLlamaCpp"]
 # adapters built with the same model and no explicit settings share one registry engine.
 _ENGINE_FIELDS = ("n_ctx_per_seq", "n_seq_max", "n_threads", "n_gpu_layers", "n_batch")
 _PROVIDER = "llamacpp"
+# Sampling defaults are the engine's own, so the adapters cannot drift from them.
+_DEFAULTS = SamplingParams()
 
 
 class ChatLlamaCpp(BaseChatModel):
@@ -88,15 +90,15 @@ class ChatLlamaCpp(BaseChatModel):
     or ``None`` for the ``LLAMACPP_MODEL`` environment variable."""
     engine: Engine | None = Field(default=None, exclude=True)
     """An engine to serve from instead of the registry's shared one."""
-    temperature: float = 0.8
+    temperature: float = _DEFAULTS.temperature
     max_tokens: int | None = None
     """Most tokens to generate; ``None`` lets the answer run to the end of its context."""
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    top_p: float = _DEFAULTS.top_p
+    top_k: int = _DEFAULTS.top_k
+    min_p: float = _DEFAULTS.min_p
+    repeat_penalty: float = _DEFAULTS.repeat_penalty
+    presence_penalty: float = _DEFAULTS.presence_penalty
+    frequency_penalty: float = _DEFAULTS.frequency_penalty
     seed: int | None = None
     stop: list[str] | None = Field(default=None, alias="stop_sequences")
     timeout: float | None = None

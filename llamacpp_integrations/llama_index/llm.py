@@ -251,6 +251,10 @@ class _PartialObjects:
         return self.latest
 
 
+# Sampling defaults are the engine's own, so the adapters cannot drift from them.
+_DEFAULTS = SamplingParams()
+
+
 class LlamaCpp(FunctionCallingLLM):
     """A local GGUF model as a LlamaIndex function-calling LLM.
 
@@ -295,13 +299,23 @@ class LlamaCpp(FunctionCallingLLM):
         description="A .gguf path, a known short name (e.g. 'smollm2-135m'), "
         "'hf://owner/repo/file.gguf', or None for the LLAMACPP_MODEL environment variable.",
     )
-    temperature: float = Field(default=0.8, ge=0.0, description="Sampling temperature (0: greedy).")
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    top_k: int = Field(default=40, ge=0, description="Top-k sampling (0 disables it).")
-    min_p: float = Field(default=0.05, ge=0.0, le=1.0, description="Min-p sampling.")
-    repeat_penalty: float = Field(default=1.0, gt=0.0, description="Repetition penalty.")
-    presence_penalty: float = Field(default=0.0, description="Presence penalty.")
-    frequency_penalty: float = Field(default=0.0, description="Frequency penalty.")
+    temperature: float = Field(
+        default=_DEFAULTS.temperature, ge=0.0, description="Sampling temperature (0: greedy)."
+    )
+    top_p: float = Field(
+        default=_DEFAULTS.top_p, gt=0.0, le=1.0, description="Nucleus sampling mass."
+    )
+    top_k: int = Field(default=_DEFAULTS.top_k, ge=0, description="Top-k sampling (0 disables it).")
+    min_p: float = Field(default=_DEFAULTS.min_p, ge=0.0, le=1.0, description="Min-p sampling.")
+    repeat_penalty: float = Field(
+        default=_DEFAULTS.repeat_penalty, gt=0.0, description="Repetition penalty."
+    )
+    presence_penalty: float = Field(
+        default=_DEFAULTS.presence_penalty, description="Presence penalty."
+    )
+    frequency_penalty: float = Field(
+        default=_DEFAULTS.frequency_penalty, description="Frequency penalty."
+    )
     seed: int | None = Field(default=None, description="Sampling seed (None: random).")
     max_tokens: int | None = Field(
         default=DEFAULT_NUM_OUTPUTS,
