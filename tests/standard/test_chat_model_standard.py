@@ -24,14 +24,12 @@ MODEL = "smollm2-135m"
 PARAMS: dict[str, Any] = {"model": MODEL, "temperature": 0.0, "max_tokens": 128}
 
 
-class TestChatLlamaCppUnit(ChatModelUnitTests):
+class _Capabilities:
+    """What both suites are told ChatLlamaCpp supports (a mixin, not a suite of its own)."""
+
     @property
     def chat_model_class(self) -> type[BaseChatModel]:
         return ChatLlamaCpp
-
-    @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return {"model": MODEL}  # the suite passes its own sampling settings
 
     @property
     def has_tool_calling(self) -> bool:
@@ -53,43 +51,20 @@ class TestChatLlamaCppUnit(ChatModelUnitTests):
     def returns_usage_metadata(self) -> bool:
         return True
 
+
+class TestChatLlamaCppUnit(_Capabilities, ChatModelUnitTests):
     @property
-    def standard_chat_model_params(self) -> dict[str, Any]:
-        # The unit suite adds api_key="test"; ChatLlamaCpp accepts and ignores it.
-        return super().standard_chat_model_params
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"model": MODEL}  # the suite passes its own sampling settings
 
 
 WEAK_MODEL = "SmolLM2-135M answers wrongly; the integration's own guarantee holds"
 
 
-class TestChatLlamaCppIntegration(ChatModelIntegrationTests):
-    @property
-    def chat_model_class(self) -> type[BaseChatModel]:
-        return ChatLlamaCpp
-
+class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return PARAMS
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def returns_usage_metadata(self) -> bool:
-        return True
 
     @property
     def supports_model_override(self) -> bool:
