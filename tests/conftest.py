@@ -40,3 +40,12 @@ def engine(smollm_path: Path) -> Iterator[Engine]:
     """One engine for the read-only tests: 8 sequences of 1024 tokens."""
     with Engine(EngineConfig(model=str(smollm_path), n_seq_max=8, n_ctx_per_seq=1024)) as e:
         yield e
+
+
+@pytest.fixture(scope="session")
+def projector() -> Path:
+    """A tiny random-weight image projector for SmolLM2 (width 576), in llava 1.5's layout:
+    the one family that adds no special tokens of its own around an image (see the fixture)."""
+    from tests.fixtures.tiny_projector import cached_tiny_projector
+
+    return cached_tiny_projector("mlp", 576)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import InvalidRequestError
+from ..models import resolve_model_path
 
 Pooling = Literal["mean", "cls", "last", "model"]
 
@@ -25,6 +26,9 @@ class EngineConfig:
         model: A local ``.gguf`` path, a known short name (``smollm2-135m``, ``gemma3-270m``),
             ``hf://owner/repo/file.gguf`` (needs the ``hub`` extra), or ``None`` for the
             ``LLAMACPP_MODEL`` environment variable.
+        mmproj: The model's multimodal projector (a ``mmproj`` GGUF, as a path or
+            ``hf://owner/repo/file.gguf``), which lets requests carry images; ``None`` for a
+            text-only engine.
         n_seq_max: How many sequences are decoded together; more requests wait in the queue.
         n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``0`` takes the model's
             training context, capped at 4096.
@@ -51,6 +55,7 @@ class EngineConfig:
     """
 
     model: str | None = None
+    mmproj: str | None = None
     n_seq_max: int = 8
     n_ctx_per_seq: int = 2048
     n_batch: int = 512
@@ -91,6 +96,12 @@ class EngineConfig:
     def threads(self) -> int:
         return self.n_threads or os.cpu_count() or 1
 
-    def with_model_path(self, path: str) -> EngineConfig:
-        """The same settings with ``model`` replaced by a resolved absolute path."""
-        return replace(self, model=path)
+    def resolved(self) -> EngineConfig:
+        """The same settings with ``model`` and ``mmproj`` as absolute local paths.
+
+        Downloads ``hf://`` files not cached yet; raises ``InvalidRequestError`` or
+        ``ModelLoadError`` for what cannot be found.
+        """
+        model = str(resolve_model_path(self.model).resolve())
+        mmproj = None if self.mmproj is None else str(resolve_model_path(self.mmproj).resolve())
+        return replace(self, model=model, mmproj=mmproj)

@@ -2,7 +2,8 @@
 
 Its loop reads as: take new work from the inbox, admit it to free slots, let the scheduler plan a
 step, decode it in one ``llama_decode``, sample every sequence that produced logits, and turn tokens
-into events through each request's output processor. Every way a request ends (stop, length,
+into events through each request's output processor. A step may also read one image of a prompt
+into its sequence, after the text decode. Every way a request ends (stop, length,
 cancel, timeout, error, engine closing) goes through ``_finish``, which frees its sequence.
 """
 
@@ -30,8 +31,9 @@ from .output import OutputProcessor
 from .requests import EmbedJob, PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
 from .sampler import SamplerChain
-from .scheduler import Scheduler, SeqState, StepPlan
+from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
 from .types import FinishReason, StreamChunk, Timings, TokenLogprob, Usage
+from .vision import VisionProjector
 
 __all__ = ["EngineCore"]
 
@@ -74,8 +76,10 @@ class EngineCore:
         *,
         n_ctx_per_seq: int,
         embedding_pooling: int,
+        vision: VisionProjector | None = None,
     ) -> None:
         self.model = model
+        self.vision = vision
         self.config = config
         self.inbox = inbox
         self.context = GenerationContext(
@@ -128,7 +132,12 @@ class EngineCore:
     # ---- admission ------------------------------------------------------------------------
 
     def _admit(self, request: PreparedRequest, now: float) -> None:
-        seq = self.scheduler.admit(request.request_id, request.prompt_tokens)
+        spans = (
+            {}
+            if request.media is None
+            else {start: span.n_pos for start, span in request.media.spans.items()}
+        )
+        seq = self.scheduler.admit(request.request_id, request.prompt_tokens, spans)
         if not self._cut_cache(seq):
             self.context.remove(seq.slot.seq_id, 0)
             self.scheduler.forget(seq)
@@ -162,8 +171,12 @@ class EngineCore:
 
     def _step(self) -> None:
         plan = self.scheduler.plan()
-        if not plan.entries:
-            return
+        if plan.entries:
+            self._decode_text(plan)
+        if plan.image is not None:
+            self._decode_image(plan.image)
+
+    def _decode_text(self, plan: StepPlan) -> None:
         entries = [entry for _, entry in plan.entries]
         try:
             status = self.context.decode(entries)
@@ -183,6 +196,32 @@ class EngineCore:
                 active = self.active[seq.request_id]
                 token = active.sampler.sample(self.context, entry.logits_index)
                 self._on_token(active, token, now, entry.logits_index)
+
+    def _decode_image(self, step: ImageStep) -> None:
+        """Encode one image and decode its embeddings into its sequence.
+
+        This runs after the step's text decode and sampling: its own decode replaces the
+        logits, and prompts never end on an image, so nothing samples from it.
+        """
+        active = self.active[step.seq.request_id]
+        media = active.prepared.media
+        assert self.vision is not None and media is not None
+        span = media.spans[step.start]
+        seq_id = step.seq.slot.seq_id
+        code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
+        if code == DecodeStatus.NO_KV_SLOT:
+            # Out of cells: drop what idle slots cache (and any part of the image that got
+            # in), then try once more.
+            self.context.remove(seq_id, step.start)
+            self._drop_idle_caches()
+            code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
+        if code != 0:
+            why = "no room in the KV cache" if code == DecodeStatus.NO_KV_SLOT else f"code {code}"
+            log.error("image evaluation failed: %s", why)
+            self._finish(active, "error", error=EngineError(f"evaluating an image failed: {why}"))
+            return
+        self.steps += 1
+        self.scheduler.image_decoded(step)
 
     def _on_token(self, active: ActiveRequest, token: int, now: float, logits_index: int) -> None:
         request = active.prepared
@@ -251,11 +290,7 @@ class EngineCore:
                     text=text,
                     token_ids=tuple(active.unsent_ids),
                     finish_reason=reason,
-                    usage=Usage(
-                        prompt_tokens=len(request.prompt_tokens),
-                        completion_tokens=len(active.generated),
-                        cached_prompt_tokens=active.seq.n_reused,
-                    ),
+                    usage=self._usage(active),
                     timings=self._timings(active, now),
                     logprobs=tuple(active.unsent_logprobs),
                 )
@@ -270,7 +305,21 @@ class EngineCore:
         if not keep:
             self.context.remove(active.seq.slot.seq_id, 0)
         active.sampler.close()
+        if request.media is not None:
+            request.media.close()
         del self.active[request.request_id]
+
+    @staticmethod
+    def _usage(active: ActiveRequest) -> Usage:
+        media = active.prepared.media
+        n_prompt = len(active.prepared.prompt_tokens)
+        n_reused = active.seq.n_reused
+        return Usage(
+            prompt_tokens=n_prompt if media is None else media.n_tokens,
+            completion_tokens=len(active.generated),
+            cached_prompt_tokens=n_reused if media is None else media.tokens_before(n_reused),
+            prompt_image_tokens=0 if media is None else media.n_image_tokens,
+        )
 
     @staticmethod
     def _timings(active: ActiveRequest, now: float) -> Timings:

@@ -14,21 +14,25 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import (
     ChatTemplateError,
     ContextOverflowError,
     EngineClosedError,
+    ImageInputNotSupportedError,
     InvalidRequestError,
+    ModelLoadError,
 )
-from ..models import GGUFInfo, read_gguf_info, resolve_model_path
+from ..models import GGUFInfo, read_gguf_info
 from .channel import EventChannel, RequestHandle
 from .chat_template import ChatTemplate, messages_to_dicts, strip_leading_bos
 from .config import EngineConfig
 from .core import EngineCore
 from .embedder import POOLING_TYPES
 from .inbox import Inbox
+from .media import as_image_input, flatten_parts, has_images
 from .requests import EmbedJob, PreparedRequest
 from .runner import LoadedModel
 from .sampler import SamplerChain
@@ -37,9 +41,11 @@ from .types import (
     Completion,
     CompletionRequest,
     GenerationRequest,
+    ImageInput,
     StreamChunk,
     new_request_id,
 )
+from .vision import MediaPrompt, VisionProjector
 
 __all__ = ["Engine", "EngineStats", "ModelInfo"]
 
@@ -62,6 +68,13 @@ class ModelInfo:
     n_params: int
     size_bytes: int
     chat_template: str | None
+    mmproj: str | None = None
+    image_max_side: int | None = None
+
+    @property
+    def supports_images(self) -> bool:
+        """Whether requests may carry images (a projector is loaded)."""
+        return self.mmproj is not None
 
     @property
     def has_chat_template(self) -> bool:
@@ -88,38 +101,70 @@ class EngineStats:
 
 def _start_worker(
     config: EngineConfig, gguf: GGUFInfo, inbox: Inbox, n_ctx_per_seq: int
-) -> tuple[LoadedModel, threading.Thread]:
-    """Load the weights on a new worker thread and wait until it serves (or failed to load)."""
-    started: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
+) -> tuple[LoadedModel, VisionProjector | None, threading.Thread]:
+    """Load the weights (and projector) on a new worker thread; wait until it serves."""
+    started: concurrent.futures.Future[tuple[LoadedModel, VisionProjector | None]]
+    started = concurrent.futures.Future()
 
     def main() -> None:
+        model: LoadedModel | None = None
+        vision: VisionProjector | None = None
         try:
-            assert config.model is not None
             model = LoadedModel(
                 gguf.path,
                 n_gpu_layers=config.n_gpu_layers,
                 use_mmap=config.use_mmap,
                 weight_repacking=config.weight_repacking,
             )
+            if config.mmproj is not None:
+                vision = VisionProjector(
+                    Path(config.mmproj),
+                    model,
+                    n_threads=config.threads,
+                    use_gpu=config.n_gpu_layers != 0,
+                )
             pooling = POOLING_TYPES.get(config.embedding_pooling)
             if pooling is None:  # "model": the GGUF's own pooling, else mean
                 pooling = gguf.pooling_type if gguf.pooling_type not in (None, 0) else _MEAN_POOLING
             core = EngineCore(
-                model, config, inbox, n_ctx_per_seq=n_ctx_per_seq, embedding_pooling=pooling
+                model,
+                config,
+                inbox,
+                n_ctx_per_seq=n_ctx_per_seq,
+                embedding_pooling=pooling,
+                vision=vision,
             )
         except BaseException as error:
             inbox.close()
+            if vision is not None:
+                vision.close()
+            if model is not None:
+                model.close()
             started.set_exception(error)
             return
-        started.set_result(model)
+        started.set_result((model, vision))
         try:
             core.run()
         finally:
+            if vision is not None:
+                vision.close()
             model.close()
 
     thread = threading.Thread(target=main, name=f"llamacpp-engine:{gguf.path.name}", daemon=True)
     thread.start()
-    return started.result(), thread
+    model, vision = started.result()
+    return model, vision, thread
+
+
+def _projector_image_side(path: str) -> int | None:
+    """Refuse a file that is no projector before libmtmd sees it; return its tile side."""
+    info = read_gguf_info(path)
+    if info.architecture != "clip":
+        raise ModelLoadError(
+            path, f"not a multimodal projector (its architecture is {info.architecture!r})"
+        )
+    side = info.metadata.get("clip.vision.image_size")
+    return side if isinstance(side, int) and not isinstance(side, bool) and side > 0 else None
 
 
 def _stop_worker(inbox: Inbox, thread: threading.Thread) -> None:
@@ -144,14 +189,16 @@ class Engine:
     """
 
     def __init__(self, config: EngineConfig | None = None, /, **overrides: Any) -> None:
-        config = replace(config or EngineConfig(), **overrides)
-        path = resolve_model_path(config.model)
+        config = replace(config or EngineConfig(), **overrides).resolved()
+        assert config.model is not None
+        path = Path(config.model)
         gguf = read_gguf_info(path)  # refuses bad files before llama.cpp can abort on them
-        self.config = config.with_model_path(str(path))
+        tile = None if config.mmproj is None else _projector_image_side(config.mmproj)
+        self.config = config
         n_ctx_train = gguf.context_length or 4096
         self.n_ctx_per_seq = config.n_ctx_per_seq or min(n_ctx_train, 4096)
         self._inbox = Inbox(config.max_queued)
-        self._model, self._thread = _start_worker(
+        self._model, self._vision, self._thread = _start_worker(
             self.config, gguf, self._inbox, self.n_ctx_per_seq
         )
         self._finalizer = weakref.finalize(self, _stop_worker, self._inbox, self._thread)
@@ -177,6 +224,10 @@ class Engine:
             n_params=self._model.n_params,
             size_bytes=self._model.size_bytes,
             chat_template=template_source,
+            mmproj=config.mmproj,
+            # Projectors tile or downscale big images themselves; past a few tiles per side
+            # more pixels only cost preprocessing time.
+            image_max_side=None if tile is None else max(4 * tile, 1024),
         )
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -209,21 +260,44 @@ class Engine:
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         return self._model.detokenize(tokens, special=special)
 
+    @property
+    def media_marker(self) -> str | None:
+        """Where an image goes in a ``CompletionRequest`` prompt (``None`` without projector)."""
+        return None if self._vision is None else self._vision.marker
+
     def render_chat(self, request: ChatRequest) -> str:
-        """The prompt text a chat request becomes (its template applied)."""
+        """The prompt text a chat request becomes (its template applied).
+
+        Images appear as ``media_marker``, where libmtmd will put the model's image tokens.
+        """
+        return self._render_chat(request)[0]
+
+    def _render_chat(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
         template = self._template_for(request)
         messages = messages_to_dicts(request.messages)
         if not messages:
             raise InvalidRequestError(
                 "a chat needs at least one message", request_id=request.request_id
             )
+        marker = self._require_vision(request).marker if has_images(request) else None
+        messages, images = flatten_parts(messages, marker)
         text = template.render(
             messages,
             add_generation_prompt=request.add_generation_prompt,
             tools=list(request.tools) if request.tools is not None else None,
             **dict(request.template_kwargs),
         )
-        return strip_leading_bos(text, self._bos_text) if self._model.adds_bos else text
+        text = strip_leading_bos(text, self._bos_text) if self._model.adds_bos else text
+        return text, images
+
+    def _require_vision(self, request: GenerationRequest) -> VisionProjector:
+        if self._vision is None:
+            raise ImageInputNotSupportedError(
+                f"model {self.info.name or self.info.path!r} was loaded without an image "
+                "projector: pass mmproj= (the model's mmproj GGUF) to accept images",
+                request_id=request.request_id,
+            )
+        return self._vision
 
     def _template_for(self, request: ChatRequest) -> ChatTemplate:
         if request.chat_template is not None:
@@ -243,22 +317,61 @@ class Engine:
         return self._template
 
     def prompt_tokens(self, request: ChatRequest | CompletionRequest) -> list[int]:
-        """The prompt a request is evaluated as, in tokens."""
+        """The prompt a request is evaluated as, in tokens.
+
+        Each position an image takes holds a negative number naming the image.
+        """
+        tokens, media = self._tokenize_prompt(request)
+        if media is not None:
+            media.close()
+        return tokens
+
+    def _tokenize_prompt(
+        self, request: ChatRequest | CompletionRequest
+    ) -> tuple[list[int], MediaPrompt | None]:
+        if has_images(request):
+            return self._tokenize_media(request)
         if isinstance(request, ChatRequest):
-            return self._model.tokenize(
-                self.render_chat(request), add_special=True, parse_special=True
-            )
+            text, _ = self._render_chat(request)
+            return self._model.tokenize(text, add_special=True, parse_special=True), None
         if isinstance(request.prompt, str):
             return self._model.tokenize(
                 request.prompt, add_special=request.add_bos, parse_special=True
-            )
+            ), None
         tokens = list(request.prompt)
         bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < self._model.n_vocab]
         if bad:
             raise InvalidRequestError(
                 f"prompt token ids outside the vocabulary: {bad[:5]}", request_id=request.request_id
             )
-        return tokens
+        return tokens, None
+
+    def _tokenize_media(
+        self, request: ChatRequest | CompletionRequest
+    ) -> tuple[list[int], MediaPrompt]:
+        vision = self._require_vision(request)
+        if isinstance(request, ChatRequest):
+            text, images = self._render_chat(request)
+            add_special = True
+        elif isinstance(request.prompt, str):
+            text, add_special = request.prompt, request.add_bos
+            images = [as_image_input(image, "images[]") for image in request.images]
+        else:
+            raise InvalidRequestError(
+                "images need a text prompt that places them with media_marker, not token ids",
+                request_id=request.request_id,
+            )
+        media = vision.tokenize(
+            text, images, add_special=add_special, request_id=request.request_id
+        )
+        if media.positions and media.positions[-1] < 0:
+            media.close()
+            raise InvalidRequestError(
+                "the prompt ends with an image: text must follow it (the model reads the "
+                "answer's first token off the last text token)",
+                request_id=request.request_id,
+            )
+        return list(media.positions), media
 
     # ---- generation -----------------------------------------------------------------------
 
@@ -268,11 +381,15 @@ class Engine:
         if not isinstance(request, ChatRequest | CompletionRequest):
             raise InvalidRequestError(f"unsupported request type {type(request).__name__}")
         request.validate_common(self._model.n_vocab)
-        tokens = self.prompt_tokens(request)
+        tokens, media = self._tokenize_prompt(request)
         if not tokens:
             raise InvalidRequestError("the prompt is empty", request_id=request.request_id)
-        n_prompt, n_ctx = len(tokens), self.n_ctx_per_seq
+        # KV cells, not positions: M-RoPE images take fewer positions than embeddings.
+        n_prompt = len(tokens) if media is None else media.n_tokens
+        n_ctx = self.n_ctx_per_seq
         if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
+            if media is not None:
+                media.close()
             raise ContextOverflowError(
                 f"the prompt has {n_prompt} tokens and {request.max_tokens or 1} more were asked "
                 f"for, but one sequence holds {n_ctx} (raise n_ctx_per_seq or shorten the prompt)",
@@ -284,6 +401,7 @@ class Engine:
         return PreparedRequest(
             request_id=request.request_id,
             prompt_tokens=tuple(tokens),
+            media=media,
             sampling=request.sampling,
             max_new_tokens=request.max_tokens or n_ctx - n_prompt,
             stop=tuple(request.stop),
@@ -330,7 +448,10 @@ class Engine:
     ) -> RequestHandle:
         """Like ``submit`` for asyncio; the handle is read with ``async for``."""
         channel = EventChannel(asyncio.get_running_loop())
-        prepared = self._prepare(request, channel)
+        if has_images(request):  # preprocessing pixels takes a while: not on the loop
+            prepared = await asyncio.to_thread(self._prepare, request, channel)
+        else:
+            prepared = self._prepare(request, channel)
         await self._aput(prepared, queue_timeout)
         return self._handle(prepared, channel)
 

@@ -26,6 +26,7 @@ class _LogRouter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._installed = False
+        self._mtmd_installed = False
         self._previous_level = logging.DEBUG
         # ctypes must keep a reference to the C callback for as long as llama.cpp may call it.
         self._callback = llama_cpp.llama_log_callback(self._on_log)
@@ -41,6 +42,16 @@ class _LogRouter:
             if not self._installed:
                 llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
                 self._installed = True
+
+    def install_mtmd(self) -> None:
+        """Also route libmtmd's lines (it prints to stderr by default, one line per image)."""
+        from llama_cpp import mtmd_cpp  # loads libmtmd: only for engines with a projector
+
+        with self._lock:
+            if not self._mtmd_installed:
+                mtmd_cpp.mtmd_log_set(self._callback, ctypes.c_void_p(0))
+                mtmd_cpp.mtmd_helper_log_set(self._callback, ctypes.c_void_p(0))
+                self._mtmd_installed = True
 
 
 ROUTER = _LogRouter()

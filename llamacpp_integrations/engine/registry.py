@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..models import resolve_model_path
 from .config import EngineConfig
 from .engine import Engine
 
@@ -26,7 +25,7 @@ _ENGINES: weakref.WeakValueDictionary[EngineConfig, Engine] = weakref.WeakValueD
 def shared_engine(config: EngineConfig | None = None, /, **overrides: Any) -> Engine:
     """The live engine for this configuration, loading the model on first use."""
     config = replace(config or EngineConfig(), **overrides)
-    key = config.with_model_path(str(resolve_model_path(config.model).resolve()))
+    key = config.resolved()
     with _LOCK:
         engine = _ENGINES.get(key)
         if engine is None or engine.closed:

@@ -11,16 +11,21 @@ from .types import SamplingParams
 
 if TYPE_CHECKING:
     from .sampler import SamplerChain
+    from .vision import MediaPrompt
 
 __all__ = ["EmbedJob", "PreparedRequest"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class PreparedRequest:
-    """A generation request ready for the scheduler: prompt tokenized, limits resolved."""
+    """A generation request ready for the scheduler: prompt tokenized, limits resolved.
+
+    With images, ``media`` holds their chunks and ``prompt_tokens`` their keys (negative).
+    """
 
     request_id: str
     prompt_tokens: tuple[int, ...]
+    media: MediaPrompt | None = field(default=None, repr=False)
     sampling: SamplingParams
     max_new_tokens: int
     stop: tuple[str, ...]

@@ -4,17 +4,21 @@ Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens 
 new request takes the free slot sharing the longest prefix with its prompt and evaluates only the
 rest. A step holds one token of every generating sequence first (so streams keep flowing), then
 prompt chunks of the sequences still reading their prompt, up to ``n_batch`` tokens in all.
+
+Images in a prompt are spans of positions holding a negative key (see ``vision.py``). They are
+evaluated apart from the batched text decode, one image per step, so running streams keep
+flowing while an image is read; a text chunk never crosses into an image.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .runner import BatchEntry
 
-__all__ = ["Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
+__all__ = ["ImageStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
 
 
 class SeqStatus(enum.Enum):
@@ -41,6 +45,7 @@ class SeqState:
     slot: Slot
     n_reused: int
     copy_from: Slot | None = None
+    image_spans: Mapping[int, int] = field(default_factory=dict)  # start -> positions
     status: SeqStatus = SeqStatus.PREFILL
     next_token: int | None = None
 
@@ -49,9 +54,19 @@ class SeqState:
         return len(self.slot.cached)
 
 
+@dataclass(frozen=True)
+class ImageStep:
+    """One image of a prompt to evaluate: ``n_pos`` positions from ``start``."""
+
+    seq: SeqState
+    start: int
+    n_pos: int
+
+
 @dataclass
 class StepPlan:
     entries: list[tuple[SeqState, BatchEntry]]
+    image: ImageStep | None = None
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -74,21 +89,28 @@ class Scheduler:
     def n_free(self) -> int:
         return sum(not slot.busy for slot in self.slots)
 
-    def admit(self, request_id: str, prompt: Sequence[int]) -> SeqState:
+    def admit(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        image_spans: Mapping[int, int] | None = None,
+    ) -> SeqState:
         """Bind a request to a free slot, reusing the longest cached prefix of its prompt.
 
         The prefix may come from any slot, busy ones included: if taking over that slot would
         throw away a longer cached conversation (or it is busy), the prefix is shared into another
         free slot instead (``copy_from``). At least the last prompt token is always evaluated,
-        since sampling needs its logits. The caller then applies the cache changes.
+        since sampling needs its logits, and an image is reused whole or not at all. The caller
+        then applies the cache changes.
         """
+        image_spans = image_spans or {}
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
         shared, _, source = max(
             ((common_prefix(s.cached, prompt), not s.busy, s) for s in self.slots),
             key=lambda candidate: candidate[:2],
         )
-        n_reused = min(shared, len(prompt) - 1)
+        n_reused = _outside_images(min(shared, len(prompt) - 1), image_spans)
         # Taking the source over loses nothing when all it holds is a prefix of this prompt.
         keeps_whole = shared == len(source.cached) or len(free) == 1
         if n_reused > 0 and not source.busy and keeps_whole:
@@ -111,6 +133,7 @@ class Scheduler:
             slot=target,
             n_reused=n_reused,
             copy_from=copy_from,
+            image_spans=image_spans,
         )
         self.running.append(seq)
         return seq
@@ -122,6 +145,7 @@ class Scheduler:
 
     def plan(self) -> StepPlan:
         entries: list[tuple[SeqState, BatchEntry]] = []
+        image: ImageStep | None = None
         budget = self.n_batch
         for seq in self.running:
             if seq.status is SeqStatus.DECODE and seq.next_token is not None:
@@ -130,17 +154,25 @@ class Scheduler:
                 )
                 budget -= 1
         for seq in self.running:
-            if seq.status is not SeqStatus.PREFILL or budget <= 0:
+            if seq.status is not SeqStatus.PREFILL:
                 continue
             start = seq.n_past
-            chunk = seq.prompt[start : start + budget]
-            done = start + len(chunk) == len(seq.prompt)
+            n_image = seq.image_spans.get(start)
+            if n_image is not None:
+                if image is None:
+                    image = ImageStep(seq, start, n_image)
+                continue
+            if budget <= 0:
+                continue
+            end = min([start + budget, len(seq.prompt)] + [s for s in seq.image_spans if s > start])
+            chunk = seq.prompt[start:end]
+            done = end == len(seq.prompt)
             entries.append((seq, BatchEntry(seq.slot.seq_id, chunk, start, done)))
             budget -= len(chunk)
         # With one KV stream per sequence llama.cpp cuts a batch into micro-batches of
         # consecutive sequence ids: in id order the decode tokens of a step make one, not many.
         entries.sort(key=lambda pair: pair[1].seq_id)
-        return StepPlan(entries)
+        return StepPlan(entries, image)
 
     def decoded(self, plan: StepPlan) -> None:
         """The plan's tokens are now in the cache."""
@@ -150,9 +182,21 @@ class Scheduler:
                 seq.status = SeqStatus.DECODE
             seq.next_token = None
 
+    def image_decoded(self, step: ImageStep) -> None:
+        """The image's embeddings are now in the cache."""
+        step.seq.slot.cached.extend(step.seq.prompt[step.start : step.start + step.n_pos])
+
     def release(self, seq: SeqState, *, keep_cache: bool) -> None:
         """Free the request's slot; its cells stay for prefix reuse unless ``keep_cache`` is off."""
         self.running.remove(seq)
         seq.slot.busy = False
         if not keep_cache:
             seq.slot.cached.clear()
+
+
+def _outside_images(n_reused: int, image_spans: Mapping[int, int]) -> int:
+    """``n_reused`` moved back to the start of an image it would cut through."""
+    for start, n_pos in image_spans.items():
+        if start < n_reused < start + n_pos:
+            return start
+    return n_reused

@@ -22,6 +22,7 @@ __all__ = [
     "CompletionRequest",
     "FinishReason",
     "GenerationRequest",
+    "ImageInput",
     "SamplingParams",
     "StreamChunk",
     "Timings",
@@ -95,11 +96,37 @@ class SamplingParams:
             raise InvalidRequestError("; ".join(problems), request_id=request_id)
 
 
+@dataclass(frozen=True)
+class ImageInput:
+    """Decoded pixels of one image: ``width`` x ``height`` RGB888, rows top to bottom.
+
+    Build it with ``llamacpp_integrations.multimodal.load_image`` (which checks and decodes
+    untrusted sources) or directly from pixels you trust. In a chat it goes in a content part
+    ``{"type": "image", "image": ImageInput(...)}``.
+    """
+
+    width: int
+    height: int
+    rgb: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.width, int) and isinstance(self.height, int)):
+            raise InvalidRequestError("image width and height must be integers")
+        if self.width < 1 or self.height < 1:
+            raise InvalidRequestError(f"image is {self.width}x{self.height}: it must not be empty")
+        if not isinstance(self.rgb, bytes) or len(self.rgb) != self.width * self.height * 3:
+            raise InvalidRequestError(
+                f"a {self.width}x{self.height} RGB image needs {self.width * self.height * 3} "
+                f"bytes of pixels"
+            )
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChatMessage:
     """One chat turn, in the shape GGUF chat templates expect.
 
-    ``content`` is a string or a list of content parts (``{"type": "text", "text": ...}``).
+    ``content`` is a string or a list of content parts (``{"type": "text", "text": ...}``,
+    ``{"type": "image", "image": ImageInput}``; images need an engine with a projector).
     ``tool_calls`` are OpenAI-style dicts; ``tool_call_id`` links a tool result to its call.
     """
 
@@ -222,19 +249,29 @@ class ChatRequest(GenerationRequest):
 
 @dataclass(frozen=True, kw_only=True)
 class CompletionRequest(GenerationRequest):
-    """Raw completion of a text (or of token ids) with no chat template."""
+    """Raw completion of a text (or of token ids) with no chat template.
+
+    ``images`` go where the prompt text holds ``Engine.media_marker``, one marker per image in
+    order; text must follow the last image.
+    """
 
     prompt: str | Sequence[int]
     add_bos: bool = True
+    images: Sequence[ImageInput] = ()
 
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one request. ``cached_prompt_tokens`` were reused from the KV cache."""
+    """Token counts of one request.
+
+    ``prompt_tokens`` counts every prompt token the model read, image embeddings included (
+    ``prompt_image_tokens`` of them); ``cached_prompt_tokens`` were reused from the KV cache.
+    """
 
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int = 0
+    prompt_image_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ..engine.types import ImageInput
 from ..errors import ImageLoadError, InvalidRequestError
 from .policy import ImagePolicy
 
@@ -42,28 +43,22 @@ _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 _ORIENTATION = 0x0112  # the EXIF tag
 
 
-@dataclass(frozen=True)
-class LoadedImage:
-    """An image that passed the policy, decoded.
+@dataclass(frozen=True, kw_only=True)
+class LoadedImage(ImageInput):
+    """An image that passed the policy, decoded: an engine ``ImageInput`` that remembers its
+    source bytes.
 
     Attributes:
-        data: The encoded bytes as received (for a PIL image given directly: its pixels as PNG).
         width: Width of ``rgb`` in pixels (after any ``max_side`` downscaling).
         height: Height of ``rgb`` in pixels.
-        format: Pillow's name of the format of ``data`` (``"PNG"``, ``"JPEG"``, ...).
         rgb: The pixels, RGB888, row by row: ``width * height * 3`` bytes. Alpha is composited
             over white, the EXIF orientation applied, and an animation's first frame taken.
+        data: The encoded bytes as received (for a PIL image given directly: its pixels as PNG).
+        format: Pillow's name of the format of ``data`` (``"PNG"``, ``"JPEG"``, ...).
     """
 
     data: bytes = field(repr=False)
-    width: int
-    height: int
     format: str
-    rgb: bytes = field(repr=False)
-
-    def __post_init__(self) -> None:
-        if len(self.rgb) != self.width * self.height * 3:
-            raise ValueError(f"rgb holds {len(self.rgb)} bytes, not {self.width}x{self.height}x3")
 
     def to_pil(self) -> Image.Image:
         """The pixels as a new RGB PIL image."""
@@ -78,7 +73,13 @@ class LoadedImage:
         if max(self.width, self.height) <= max_side:
             return self
         small = downscale(self.to_pil(), max_side)
-        return LoadedImage(self.data, small.width, small.height, self.format, small.tobytes())
+        return LoadedImage(
+            width=small.width,
+            height=small.height,
+            rgb=small.tobytes(),
+            data=self.data,
+            format=self.format,
+        )
 
 
 def check_max_side(max_side: int | None) -> None:
@@ -231,7 +232,9 @@ def _finish(
         raise ImageLoadError(
             f"{what} could not be decoded ({type(exc).__name__}: {exc})", reason="decode-failed"
         ) from exc
-    return LoadedImage(data, rgb_image.width, rgb_image.height, fmt, rgb)
+    return LoadedImage(
+        width=rgb_image.width, height=rgb_image.height, rgb=rgb, data=data, format=fmt
+    )
 
 
 def _upright(image: Image.Image) -> Image.Image:

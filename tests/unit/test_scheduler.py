@@ -68,3 +68,38 @@ def test_released_without_cache_forgets_its_tokens() -> None:
     assert scheduler.n_free == 1 and seq.slot.cached == []
     fresh = scheduler.admit("b", [1, 2, 3])
     assert fresh.n_reused == 0
+
+
+def test_images_are_planned_apart_one_per_step_and_text_chunks_stop_at_them() -> None:
+    scheduler = Scheduler(n_seq_max=3, n_batch=64)
+    img = -7
+    prompt = [1, 2, img, img, img, 3, 4]
+    a = scheduler.admit("a", prompt, {2: 3})
+    b = scheduler.admit("b", [5, img, img, img, 6], {1: 3})
+    plan = scheduler.plan()
+    assert [list(e.tokens) for _, e in plan.entries] == [[1, 2], [5]]
+    assert plan.image is None
+    scheduler.decoded(plan)
+    plan = scheduler.plan()
+    assert plan.entries == [] and plan.image is not None
+    assert (plan.image.seq, plan.image.start, plan.image.n_pos) == (a, 2, 3)
+    scheduler.image_decoded(plan.image)
+    assert a.slot.cached == [1, 2, img, img, img]
+    plan = scheduler.plan()  # a's text after its image, beside b's image
+    assert [(s.request_id, list(e.tokens)) for s, e in plan.entries] == [("a", [3, 4])]
+    assert plan.image is not None and plan.image.seq is b
+
+
+def test_an_image_is_reused_whole_or_not_at_all() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=64)
+    img = -9
+    first = scheduler.admit("a", [1, img, img, 2, 3], {1: 2})
+    first.slot.cached[:] = [1, img, img, 2, 3]
+    _finish(scheduler)
+    # A prompt that ends inside the same image (only reuse up to its last token is allowed)
+    # starts again from the image's first position.
+    ends_in_image = scheduler.admit("b", [1, img, img], {1: 2})
+    assert ends_in_image.n_reused == 1
+    _finish(scheduler)
+    same_image = scheduler.admit("c", [1, img, img, 4], {1: 2})
+    assert same_image.n_reused == 3

@@ -1,0 +1,104 @@
+"""Content parts inside requests: finding images, and flattening parts into template text.
+
+A chat message carries an image as a content part ``{"type": "image", "image": ImageInput}``.
+Before the chat template runs, a message whose parts are all text and images becomes one string
+(parts joined by newlines) in which each image is the engine's media marker, the way llama.cpp's
+server hands images to templates: every template renders a string content, while many would
+print a list of parts as Python text. libmtmd later swaps each marker for the model family's own
+image tokens. Lists holding other part types are left for the template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidRequestError, UnsupportedContentError
+from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput
+
+__all__ = ["as_image_input", "flatten_parts", "has_images"]
+
+
+def _is_image_part(part: object) -> bool:
+    return isinstance(part, Mapping) and part.get("type") == "image"
+
+
+def _has_image_parts(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return (
+        isinstance(content, Sequence)
+        and not isinstance(content, str | bytes)
+        and any(_is_image_part(part) for part in content)
+    )
+
+
+def has_images(request: GenerationRequest) -> bool:
+    """Whether the request carries any image (cheap: no rendering)."""
+    if isinstance(request, CompletionRequest):
+        return bool(request.images)
+    if isinstance(request, ChatRequest) and not isinstance(request.messages, str | bytes):
+        for message in request.messages:
+            if isinstance(message, Mapping):
+                if _has_image_parts(message):
+                    return True
+            elif _has_image_parts({"content": getattr(message, "content", None)}):
+                return True
+    return False
+
+
+def as_image_input(value: object, where: str) -> ImageInput:
+    """An ``ImageInput``, or anything with ``width``, ``height`` and ``rgb`` (``LoadedImage``)."""
+    if isinstance(value, ImageInput):
+        return value
+    width, height, rgb = (getattr(value, name, None) for name in ("width", "height", "rgb"))
+    if isinstance(width, int) and isinstance(height, int) and isinstance(rgb, bytes):
+        return ImageInput(width, height, rgb)
+    raise InvalidRequestError(
+        f"{where} must hold decoded pixels (an ImageInput or a LoadedImage from "
+        f"multimodal.load_image), not {type(value).__name__}"
+    )
+
+
+def _is_flat(content: object) -> bool:
+    return (
+        isinstance(content, Sequence)
+        and not isinstance(content, str | bytes)
+        and all(
+            isinstance(part, Mapping) and part.get("type") in ("text", "image") for part in content
+        )
+    )
+
+
+def flatten_parts(
+    messages: list[dict[str, Any]], marker: str | None
+) -> tuple[list[dict[str, Any]], list[ImageInput]]:
+    """Messages with text-and-image part lists as strings (each image as ``marker``), and
+    the images in prompt order. ``marker`` is ``None`` when the request has no images."""
+    images: list[ImageInput] = []
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        content: Any = message.get("content")
+        if not _is_flat(content):
+            if _has_image_parts(message):
+                kinds = sorted({str(p.get("type")) for p in content if isinstance(p, Mapping)})
+                raise UnsupportedContentError(
+                    f"messages[{index}] mixes images with parts of types {kinds}; beside "
+                    "images only text parts are understood"
+                )
+            out.append(message)
+            continue
+        pieces: list[str] = []
+        for part in content:
+            if part["type"] == "image":
+                assert marker is not None, "images are only flattened with a projector's marker"
+                images.append(as_image_input(part.get("image"), f"messages[{index}] image part"))
+                pieces.append(marker)
+                continue
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise InvalidRequestError(f"messages[{index}] has a text part without text")
+            if marker is not None and marker in text:
+                raise InvalidRequestError(f"messages[{index}] text holds the media marker")
+            pieces.append(text)
+        out.append({**message, "content": "\n".join(pieces)})
+    return out, images

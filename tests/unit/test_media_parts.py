@@ -1,0 +1,65 @@
+"""Content parts flattened for chat templates, images found and marked (no model needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, ImageInput
+from llamacpp_integrations.engine.media import as_image_input, flatten_parts, has_images
+from llamacpp_integrations.errors import InvalidRequestError, UnsupportedContentError
+
+PIXELS = ImageInput(2, 1, bytes(6))
+MARK = "<__m__>"
+
+
+def test_text_only_part_lists_become_strings_and_others_stay() -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "plain"},
+        {"role": "user", "content": [{"type": "tool_use", "id": "x"}]},
+    ]
+    out, images = flatten_parts(messages, None)
+    assert [m["content"] for m in out] == ["a\nb", "plain", [{"type": "tool_use", "id": "x"}]]
+    assert images == []
+
+
+def test_images_become_markers_in_order() -> None:
+    other = ImageInput(1, 1, b"\1\2\3")
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": PIXELS}, {"type": "text", "text": "x"}],
+        },
+        {"role": "tool", "content": [{"type": "image", "image": other}]},
+    ]
+    out, images = flatten_parts(messages, MARK)
+    assert [m["content"] for m in out] == [f"{MARK}\nx", MARK]
+    assert images == [PIXELS, other]
+
+
+def test_marker_in_user_text_and_mixed_parts_are_refused() -> None:
+    with pytest.raises(InvalidRequestError, match="media marker"):
+        flatten_parts([{"role": "user", "content": [{"type": "text", "text": MARK}]}], MARK)
+    mixed = [{"type": "image", "image": PIXELS}, {"type": "audio", "data": "x"}]
+    with pytest.raises(UnsupportedContentError, match="audio"):
+        flatten_parts([{"role": "user", "content": mixed}], MARK)
+    with pytest.raises(InvalidRequestError, match="decoded pixels"):
+        flatten_parts([{"role": "user", "content": [{"type": "image", "image": "a.png"}]}], MARK)
+
+
+def test_has_images_and_duck_typed_inputs() -> None:
+    chat = ChatRequest(
+        messages=[ChatMessage(role="user", content=[{"type": "image", "image": PIXELS}])]
+    )
+    assert has_images(chat)
+    assert not has_images(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert has_images(CompletionRequest(prompt="x", images=[PIXELS]))
+
+    class Loaded:
+        width, height, rgb = 2, 1, bytes(6)
+
+    assert as_image_input(Loaded(), "image") == PIXELS
+    with pytest.raises(InvalidRequestError, match="bytes of pixels"):
+        ImageInput(2, 2, bytes(6))
+    with pytest.raises(InvalidRequestError, match="empty"):
+        ImageInput(0, 2, b"")
