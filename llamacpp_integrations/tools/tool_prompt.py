@@ -154,6 +154,12 @@ def _text_of(content: Any) -> str:
     return json.dumps(content, default=str)
 
 
+def _images_of(content: Any) -> list[Mapping[str, Any]]:
+    if isinstance(content, str) or not isinstance(content, Sequence):
+        return []
+    return [part for part in content if isinstance(part, Mapping) and part.get("type") == "image"]
+
+
 def _names_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return {
         call_id: name
@@ -215,23 +221,36 @@ def fallback_history(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
             merge_next = False
         elif role == "tool":
             name = message.get("name") or names.get(message.get("tool_call_id") or "", "tool")
-            result = {"name": name, "content": _text_of(message.get("content"))}
+            content = message.get("content")
+            result = {"name": name, "content": _text_of(content)}
             text = f"<tool_response>\n{json.dumps(result, ensure_ascii=False)}\n</tool_response>"
-            _append_user(out, text, merge=bool(out) and out[-1]["role"] == "user")
+            merge = bool(out) and out[-1]["role"] == "user"
+            _append_user(out, text, merge=merge, images=_images_of(content))
             merge_next = True
         elif role == "user" and merge_next:
-            _append_user(out, _text_of(message.get("content")), merge=True)
+            content = message.get("content")
+            _append_user(out, _text_of(content), merge=True, images=_images_of(content))
         else:
             out.append(dict(message))
             merge_next = False
     return out
 
 
-def _append_user(out: list[dict[str, Any]], text: str, *, merge: bool) -> None:
+def _append_user(
+    out: list[dict[str, Any]],
+    text: str,
+    *,
+    merge: bool,
+    images: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    # Images (a tool's screenshot, a user's photo) stay parts of the turn, after its text.
     if merge and out and out[-1]["role"] == "user":
-        out[-1] = {"role": "user", "content": _text_of(out[-1]["content"]) + "\n" + text}
-    else:
-        out.append({"role": "user", "content": text})
+        previous = out[-1]["content"]
+        text = _text_of(previous) + "\n" + text
+        images = [*_images_of(previous), *images]
+        out.pop()
+    content: Any = [{"type": "text", "text": text}, *images] if images else text
+    out.append({"role": "user", "content": content})
 
 
 # -- the fallback instructions -------------------------------------------------------------------
