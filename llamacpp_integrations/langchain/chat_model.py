@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 from ..engine import ChatRequest, Engine, SamplingParams, engine_for
 from ..errors import EngineOverloadedError, SchemaNotSupportedError
 from ..models import read_gguf_info, resolve_model_path
+from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, load_image
 from ..tools import (
     TemplateToolSupport,
     ToolStreamChunk,
@@ -45,6 +46,8 @@ from ..tools import (
     stream_with_tools,
 )
 from .messages import (
+    ImageReader,
+    has_image_blocks,
     openai_tool_calls,
     to_engine_messages,
     tool_call_chunks,
@@ -56,7 +59,7 @@ __all__ = ["ChatLlamaCpp"]
 
 # EngineConfig fields a chat model may set; only those the user sets are passed on, so two
 # adapters built with the same model and no explicit settings share one registry engine.
-_ENGINE_FIELDS = ("n_ctx_per_seq", "n_seq_max", "n_threads", "n_gpu_layers", "n_batch")
+_ENGINE_FIELDS = ("mmproj", "n_ctx_per_seq", "n_seq_max", "n_threads", "n_gpu_layers", "n_batch")
 _PROVIDER = "llamacpp"
 # Sampling defaults are the engine's own, so the adapters cannot drift from them.
 _DEFAULTS = SamplingParams()
@@ -90,6 +93,12 @@ class ChatLlamaCpp(BaseChatModel):
     or ``None`` for the ``LLAMACPP_MODEL`` environment variable."""
     engine: Engine | None = Field(default=None, exclude=True)
     """An engine to serve from instead of the registry's shared one."""
+    mmproj: str | None = None
+    """The model's multimodal projector (``mmproj`` GGUF path or ``hf://`` file): with it,
+    messages may carry images."""
+    image_policy: ImagePolicy = DEFAULT_IMAGE_POLICY
+    """Which image sources are read: by default in-memory data only (base64, data URIs); allow
+    local directories or remote URLs here."""
     temperature: float = _DEFAULTS.temperature
     max_tokens: int | None = None
     """Most tokens to generate; ``None`` lets the answer run to the end of its context."""
@@ -202,13 +211,14 @@ class ChatLlamaCpp(BaseChatModel):
         context = info.context_length or 4096
         if self.n_ctx_per_seq:
             context = min(context, self.n_ctx_per_seq)
+        images = self.engine.info.supports_images if self.engine is not None else bool(self.mmproj)
         return ModelProfile(
             name=info.name or Path(str(self.model)).stem,
             max_input_tokens=context,
             max_output_tokens=context,
             text_inputs=True,
-            image_inputs=False,
-            image_url_inputs=False,
+            image_inputs=images,
+            image_url_inputs=images and self.image_policy.allow_remote,
             pdf_inputs=False,
             audio_inputs=False,
             video_inputs=False,
@@ -237,7 +247,7 @@ class ChatLlamaCpp(BaseChatModel):
         """Tokens of the prompt these messages (and tools) render to with the chat template."""
         engine = self._get_engine()
         request = ChatRequest(
-            messages=to_engine_messages(messages),
+            messages=to_engine_messages(messages, self._image_reader(engine)),
             chat_template=self.chat_template,
             tools=[convert_to_openai_tool(tool) for tool in tools] if tools else None,
         )
@@ -257,8 +267,32 @@ class ChatLlamaCpp(BaseChatModel):
             "seed": self.seed,
         }
 
+    def _image_reader(self, engine: Engine) -> ImageReader | None:
+        """How image blocks are read for ``engine``; ``None`` (images refused) without a
+        projector, so nothing is fetched for a model that could not look at it."""
+        if not engine.info.supports_images:
+            return None
+        policy, max_side = self.image_policy, engine.info.image_max_side
+        return lambda source: load_image(source, policy, max_side=max_side)
+
+    async def _arequest(
+        self,
+        engine: Engine,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+    ) -> tuple[ChatRequest, dict[str, Any]]:
+        """``_request`` for async callers: reading images (maybe a fetch) runs on a thread."""
+        if has_image_blocks(messages):
+            return await asyncio.to_thread(self._request, engine, messages, stop, kwargs)
+        return self._request(engine, messages, stop, kwargs)
+
     def _request(
-        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+        self,
+        engine: Engine,
+        messages: list[BaseMessage],
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
     ) -> tuple[ChatRequest, dict[str, Any]]:
         """The engine request, and what decides how it is run (tools, response format)."""
         sampling = self._sampling_kwargs()
@@ -281,7 +315,7 @@ class ChatLlamaCpp(BaseChatModel):
         if logprobs:
             request_kwargs["logprobs"] = top_logprobs or 0
         request = ChatRequest(
-            messages=to_engine_messages(messages),
+            messages=to_engine_messages(messages, self._image_reader(engine)),
             sampling=SamplingParams(**sampling),
             max_tokens=max_tokens,
             stop=tuple(stop if stop is not None else self.stop or ()),
@@ -357,7 +391,7 @@ class ChatLlamaCpp(BaseChatModel):
     ) -> ChatResult:
         model = kwargs.pop("model", None)
         engine = self._get_engine(model)
-        request, options = self._request(messages, stop, kwargs)
+        request, options = self._request(engine, messages, stop, kwargs)
         name = model or self.model_name
         if self._uses_tools(options):
             tools = options["tools"]
@@ -378,7 +412,7 @@ class ChatLlamaCpp(BaseChatModel):
     ) -> ChatResult:
         model = kwargs.pop("model", None)
         engine = await self._aget_engine(model)
-        request, options = self._request(messages, stop, kwargs)
+        request, options = await self._arequest(engine, messages, stop, kwargs)
         name = model or self.model_name
         if self._uses_tools(options):
             tools = options["tools"]
@@ -458,7 +492,7 @@ class ChatLlamaCpp(BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         model = kwargs.pop("model", None)
         engine = self._get_engine(model)
-        request, options = self._request(messages, stop, kwargs)
+        request, options = self._request(engine, messages, stop, kwargs)
         name = model or self.model_name
         if self._uses_tools(options):
             pieces: Iterator[tuple[ToolStreamChunk, Any]] = (
@@ -484,7 +518,7 @@ class ChatLlamaCpp(BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         model = kwargs.pop("model", None)
         engine = await self._aget_engine(model)
-        request, options = self._request(messages, stop, kwargs)
+        request, options = await self._arequest(engine, messages, stop, kwargs)
         name = model or self.model_name
         if self._uses_tools(options):
             async for piece in astream_with_tools(

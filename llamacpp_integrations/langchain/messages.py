@@ -4,12 +4,15 @@ Content blocks are read in every form LangChain 1.x produces: plain strings, v0 
 parts (``{"type": "text"}``, ``{"type": "image_url"}``), v0 standard data blocks
 (``{"type": "image", "source_type": "base64", ...}``) and v1 standard blocks
 (``{"type": "image", "base64": ...}``, ``{"type": "tool_call", ...}``). Text is flattened into
-one string, because most GGUF chat templates print ``message.content`` as it is.
+one string, because most GGUF chat templates print ``message.content`` as it is; a message with
+images becomes text and image parts in their order. Images are read by the ``ImageReader`` the
+chat model gives (its ``ImagePolicy`` applied); without one, an image is refused before anything
+is fetched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -25,11 +28,13 @@ from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk
 
-from ..engine import Usage
+from ..engine import ImageInput, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..tools import ToolCall, ToolCallDelta
 
 __all__ = [
+    "ImageReader",
+    "has_image_blocks",
     "openai_tool_calls",
     "to_engine_messages",
     "tool_call_chunks",
@@ -40,6 +45,9 @@ __all__ = [
 _IMAGE_TYPES = {"image", "image_url", "input_image"}
 _SKIPPED_ANY_TYPES = {"non_standard"}
 
+ImageReader = Callable[[str], ImageInput]
+"""Turns an image source (data URI, bare base64, URL or path) into checked, decoded pixels."""
+
 _ROLES: dict[type[BaseMessage], str] = {
     SystemMessage: "system",
     HumanMessage: "user",
@@ -49,21 +57,64 @@ _ROLES: dict[type[BaseMessage], str] = {
 }
 
 
-def _text(content: str | list[str | dict[str, Any]], role: str) -> str:
+def has_image_blocks(messages: Sequence[BaseMessage]) -> bool:
+    """Whether any message carries an image block (reading them may mean a fetch)."""
+    return any(
+        isinstance(part, dict) and part.get("type") in _IMAGE_TYPES
+        for message in messages
+        if not isinstance(message.content, str)
+        for part in message.content
+    )
+
+
+def _image_source(part: dict[str, Any]) -> str:
+    """The data URI, base64 or URL an image block points at, in any of LangChain's forms."""
+    kind = part.get("type")
+    if kind in ("image_url", "input_image"):
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        if isinstance(url, str) and url:
+            return url
+    elif kind == "image":
+        mime = part.get("mime_type")
+        data = part.get("base64")  # v1
+        if data is None and part.get("source_type") == "base64":  # v0 standard
+            data = part.get("data")
+        if isinstance(data, str) and data:
+            return f"data:{mime};base64,{data}" if isinstance(mime, str) and mime else data
+        url = part.get("url")
+        if url is None and part.get("source_type") == "url":
+            url = part.get("data")
+        if isinstance(url, str) and url:
+            return url
+        if part.get("file_id") or part.get("id") or part.get("source_type") == "id":
+            raise UnsupportedContentError(
+                "image blocks that name a provider's file id cannot be read here: pass the "
+                "image as base64 data or a URL"
+            )
+    raise UnsupportedContentError(f"this {kind!r} block names no image data or URL")
+
+
+def _content(
+    content: str | list[str | dict[str, Any]], role: str, read_image: ImageReader | None
+) -> str | list[dict[str, Any]]:
+    """The message text, or text and image parts in order when it has images."""
     if isinstance(content, str):
         return content
-    parts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for part in content:
         if isinstance(part, str):
-            parts.append(part)
+            parts.append({"type": "text", "text": part})
             continue
         kind = part.get("type")
         if kind == "text":
-            parts.append(str(part.get("text", "")))
-        elif kind in _IMAGE_TYPES:
-            raise ImageInputNotSupportedError(
-                "this model has no image projector (mmproj), so it cannot take image inputs"
-            )
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        elif kind in _IMAGE_TYPES and role != "assistant":
+            if read_image is None:
+                raise ImageInputNotSupportedError(
+                    "this model has no image projector (mmproj), so it cannot take image inputs"
+                )
+            parts.append({"type": "image", "image": read_image(_image_source(part))})
         elif kind in _SKIPPED_ANY_TYPES or role == "assistant":
             # An earlier answer may carry other providers' blocks (tool_use, thinking...):
             # its calls are read from AIMessage.tool_calls, the rest is not prompt text.
@@ -72,7 +123,19 @@ def _text(content: str | list[str | dict[str, Any]], role: str) -> str:
             raise UnsupportedContentError(
                 f"content blocks of type {kind!r} are not supported (text and images are)"
             )
-    return "".join(parts)
+    if any(part["type"] == "image" for part in parts):
+        return _merge_text_runs(parts)
+    return "".join(part["text"] for part in parts)
+
+
+def _merge_text_runs(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text" and merged and merged[-1]["type"] == "text":
+            merged[-1] = {"type": "text", "text": merged[-1]["text"] + part["text"]}
+        else:
+            merged.append(part)
+    return merged
 
 
 def _role(message: BaseMessage) -> str:
@@ -84,12 +147,21 @@ def _role(message: BaseMessage) -> str:
     raise InvalidRequestError(f"messages of type {type(message).__name__} are not supported")
 
 
-def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """Messages in the template shape the engine renders (OpenAI style tool calls)."""
+def to_engine_messages(
+    messages: Sequence[BaseMessage], read_image: ImageReader | None = None
+) -> list[dict[str, Any]]:
+    """Messages in the template shape the engine renders (OpenAI style tool calls).
+
+    Image blocks are read with ``read_image``; without it they raise
+    ``ImageInputNotSupportedError``.
+    """
     out: list[dict[str, Any]] = []
     for message in messages:
         role = _role(message)
-        item: dict[str, Any] = {"role": role, "content": _text(message.content, role)}
+        item: dict[str, Any] = {
+            "role": role,
+            "content": _content(message.content, role, read_image),
+        }
         if message.name and role in ("user", "assistant", "system"):
             item["name"] = message.name
         if isinstance(message, AIMessage) and message.tool_calls:
@@ -106,11 +178,17 @@ def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
             if message.name:
                 item["name"] = message.name
             if message.status == "error":
-                item["content"] = f"Error: {item['content']}"
+                item["content"] = _prefixed("Error: ", item["content"])
         elif isinstance(message, FunctionMessage):
             item["name"] = message.name
         out.append(item)
     return out
+
+
+def _prefixed(prefix: str, content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return prefix + content
+    return [{"type": "text", "text": prefix}, *content]
 
 
 def tool_calls_to_langchain(calls: Sequence[ToolCall]) -> list[LCToolCall]:

@@ -53,6 +53,7 @@ from ..engine import (
     engine_for,
 )
 from ..errors import InvalidRequestError, OutputTruncatedError
+from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, load_image
 from ..tools import (
     TemplateToolSupport,
     ToolStreamChunk,
@@ -67,9 +68,11 @@ from ..tools import (
     stream_with_tools,
 )
 from .messages import (
+    ImageReader,
     PartialToolCall,
     assistant_message,
     completion_raw,
+    has_image_blocks,
     parse_partial_json,
     response_raw,
     to_engine_messages,
@@ -101,7 +104,7 @@ _SAMPLING_FIELDS = (
 )
 _REQUEST_FIELDS = ("max_tokens", "stop", "timeout", "logprobs", "top_logprobs")
 _TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
-_ENGINE_FIELDS = ("n_ctx_per_seq", "n_seq_max", "n_threads", "n_gpu_layers")
+_ENGINE_FIELDS = ("mmproj", "n_ctx_per_seq", "n_seq_max", "n_threads", "n_gpu_layers")
 
 
 def _chat_callback(fn: _F) -> _F:
@@ -338,6 +341,16 @@ class LlamaCpp(FunctionCallingLLM):
     chat_template: str | None = Field(
         default=None, description="A Jinja chat template replacing the GGUF's own."
     )
+    mmproj: str | None = Field(
+        default=None,
+        description="Engine setting: the model's multimodal projector (mmproj GGUF path or "
+        "hf:// file); with it, messages may carry ImageBlocks.",
+    )
+    image_policy: ImagePolicy = Field(
+        default=DEFAULT_IMAGE_POLICY,
+        description="Which image sources are read: by default in-memory data only; allow "
+        "local directories or remote URLs here.",
+    )
     n_ctx_per_seq: int | None = Field(
         default=None, description="Engine setting: context of one sequence (None: default)."
     )
@@ -454,9 +467,31 @@ class LlamaCpp(FunctionCallingLLM):
             structured=structured,
         )
 
-    def _chat_request(self, messages: Sequence[ChatMessage], options: _Options) -> ChatRequest:
+    def _image_reader(self, engine: Engine) -> ImageReader | None:
+        """How ImageBlocks are read for ``engine``; ``None`` (images refused) without a
+        projector, so nothing is fetched for a model that could not look at it."""
+        if not engine.info.supports_images:
+            return None
+        policy, max_side = self.image_policy, engine.info.image_max_side
+        return lambda source: load_image(source, policy, max_side=max_side)
+
+    async def _achat_request(
+        self, engine: Engine, messages: Sequence[ChatMessage], options: _Options
+    ) -> ChatRequest:
+        """``_chat_request`` for async callers: reading images (maybe a fetch) on a thread."""
+        read_image = self._image_reader(engine)
+        if has_image_blocks(messages):
+            return await asyncio.to_thread(self._chat_request, messages, options, read_image)
+        return self._chat_request(messages, options, read_image)
+
+    def _chat_request(
+        self,
+        messages: Sequence[ChatMessage],
+        options: _Options,
+        read_image: ImageReader | None = None,
+    ) -> ChatRequest:
         return ChatRequest(
-            messages=to_engine_messages(messages),
+            messages=to_engine_messages(messages, read_image),
             sampling=options.sampling,
             max_tokens=options.max_tokens,
             stop=options.stop,
@@ -512,8 +547,8 @@ class LlamaCpp(FunctionCallingLLM):
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """One answer to ``messages``; with ``tools``, it may call them (see the class doc)."""
         options = self._options(kwargs, chat=True)
-        request = self._chat_request(messages, options)
         engine = self.engine
+        request = self._chat_request(messages, options, self._image_reader(engine))
         model = self._model_name(engine)
         if options.tools:
             result = generate_with_tools(
@@ -535,8 +570,8 @@ class LlamaCpp(FunctionCallingLLM):
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Async :meth:`chat`."""
         options = self._options(kwargs, chat=True)
-        request = self._chat_request(messages, options)
         engine = await self._aengine()
+        request = await self._achat_request(engine, messages, options)
         model = self._model_name(engine)
         if options.tools:
             result = await agenerate_with_tools(
@@ -559,8 +594,8 @@ class LlamaCpp(FunctionCallingLLM):
         """Cumulative responses: ``message`` holds the text (and tool calls) so far, ``delta``
         the new text; the last one has the usage in ``raw`` and ``additional_kwargs``."""
         options = self._options(kwargs, chat=True)
-        request = self._chat_request(messages, options)
         engine = self.engine
+        request = self._chat_request(messages, options, self._image_reader(engine))
         stream = _ChatStream(self._model_name(engine))
 
         def gen() -> ChatResponseGen:
@@ -590,8 +625,8 @@ class LlamaCpp(FunctionCallingLLM):
     ) -> ChatResponseAsyncGen:
         """Async :meth:`stream_chat`."""
         options = self._options(kwargs, chat=True)
-        request = self._chat_request(messages, options)
         engine = await self._aengine()
+        request = await self._achat_request(engine, messages, options)
         stream = _ChatStream(self._model_name(engine))
 
         async def gen() -> ChatResponseAsyncGen:

@@ -8,8 +8,11 @@ LlamaIndex -> engine:
   joins them); ``ToolCallBlock`` on an assistant message -> an OpenAI-style tool call;
   ``ThinkingBlock`` (an earlier answer's reasoning, which chat templates leave out of the
   history anyway) and ``CachePoint`` (a provider's cache hint: the engine reuses cached prompt
-  prefixes by itself) are left out; ``ImageBlock`` raises ``ImageInputNotSupportedError``; any
-  other block raises ``UnsupportedContentError`` naming it;
+  prefixes by itself) are left out; ``ImageBlock`` (its data, path or URL) is read with the
+  LLM's image reader, which holds it to the ``ImagePolicy`` and decodes it, and the message then
+  carries text and image parts in their order (``ImageInputNotSupportedError`` when the model
+  has no projector, before anything is read); any other block raises
+  ``UnsupportedContentError`` naming it;
 * tool calls of an assistant message come from its ``ToolCallBlock`` s or, when it has none,
   from ``additional_kwargs["tool_calls"]`` (OpenAI dicts or objects); a tool result is a
   ``tool`` message whose ``additional_kwargs["tool_call_id"]`` names the call it answers.
@@ -21,10 +24,14 @@ OpenAI shape (``arguments`` as a JSON string) that llama-index-llms-openai users
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from io import IOBase
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -40,13 +47,16 @@ from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 
-from ..engine import ChatMessage, Completion, Timings, TokenLogprob, Usage
+from ..engine import ChatMessage, Completion, ImageInput, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
+from ..multimodal import ImageSource
 from ..tools import ToolCall
 
 __all__ = [
+    "ImageReader",
     "PartialToolCall",
     "assistant_message",
+    "has_image_blocks",
     "openai_tool_call",
     "parse_partial_json",
     "response_raw",
@@ -70,29 +80,78 @@ _ROLES: dict[MessageRole, str] = {
 }
 
 _IMAGE_MESSAGE = (
-    "image input needs a model with an image projector (mmproj), and this adapter does not "
-    "pass images yet: send text only"
+    "image input needs a model with an image projector: pass mmproj= (the model's mmproj GGUF)"
 )
+
+ImageReader = Callable[[ImageSource], ImageInput]
+"""Turns an image source (bytes, data URI, URL or path) into checked, decoded pixels."""
 
 
 # -- LlamaIndex -> engine ------------------------------------------------------------------------
 
 
-def _block_text(block: object, index: int, role: str) -> str | None:
-    """The text a content block contributes; ``None`` for blocks that contribute nothing."""
+def has_image_blocks(messages: Sequence[LIChatMessage]) -> bool:
+    """Whether any message carries an ``ImageBlock`` (reading it may mean a fetch)."""
+    return any(isinstance(block, ImageBlock) for message in messages for block in message.blocks)
+
+
+def _image_source(block: ImageBlock, where: str) -> ImageSource:
+    """What an ``ImageBlock`` holds: its bytes (LlamaIndex keeps them base64), path or URL.
+
+    ``ImageBlock.resolve_image`` is not used: it would fetch any URL, unchecked.
+    """
+    if block.image is not None:
+        data = block.image
+        if isinstance(data, IOBase):
+            data.seek(0)
+            data = data.read()
+        if not isinstance(data, bytes):
+            raise UnsupportedContentError(f"{where}: ImageBlock.image must hold bytes")
+        try:
+            return base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return data  # raw bytes put in after validation
+    if block.path is not None:
+        return Path(block.path)
+    if block.url is not None:
+        return str(block.url)
+    raise UnsupportedContentError(f"{where}: the ImageBlock has no image, path or url")
+
+
+def _block_part(
+    block: object, index: int, role: str, read_image: ImageReader | None
+) -> dict[str, Any] | None:
+    """The content part a block contributes; ``None`` for blocks that contribute nothing."""
     if isinstance(block, TextBlock):
-        return block.text
+        return {"type": "text", "text": block.text}
     if isinstance(block, ThinkingBlock | CachePoint):
         return None
+    where = f"{role} message block {index}"
     if isinstance(block, ImageBlock):
-        raise ImageInputNotSupportedError(f"{role} message block {index}: {_IMAGE_MESSAGE}")
+        if read_image is None:
+            raise ImageInputNotSupportedError(f"{where}: {_IMAGE_MESSAGE}")
+        return {"type": "image", "image": read_image(_image_source(block, where))}
     kind = getattr(block, "block_type", None)
     raise UnsupportedContentError(
-        f"{role} message block {index} is a {type(block).__name__}"
+        f"{where} is a {type(block).__name__}"
         + (f" (block_type {kind!r})" if kind else "")
-        + ", which a llama.cpp text model cannot take: only TextBlock content (and tool calls "
-        "on assistant messages) is passed on"
+        + ", which this model cannot take: only text and image content (and tool calls on "
+        "assistant messages) is passed on"
     )
+
+
+def _joined(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """One string when the message is all text (joined by newlines, as LlamaIndex joins
+    ``ChatMessage.content``), else the parts, adjacent text parts joined the same way."""
+    if all(part["type"] == "text" for part in parts):
+        return "\n".join(part["text"] for part in parts)
+    merged: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text" and merged and merged[-1]["type"] == "text":
+            merged[-1] = {"type": "text", "text": merged[-1]["text"] + "\n" + part["text"]}
+        else:
+            merged.append(part)
+    return merged
 
 
 def _arguments_object(value: Any) -> Any:
@@ -155,18 +214,19 @@ def _calls_from_blocks(blocks: Sequence[ToolCallBlock]) -> list[dict[str, Any]]:
     return out
 
 
-def to_engine_message(message: LIChatMessage) -> ChatMessage:
+def to_engine_message(message: LIChatMessage, read_image: ImageReader | None = None) -> ChatMessage:
     """One LlamaIndex message as an engine message (see the module docstring for the rules).
 
     Raises:
-        ImageInputNotSupportedError: the message holds an image.
+        ImageInputNotSupportedError: the message holds an image and ``read_image`` is ``None``.
+        ImageLoadError: ``read_image`` refused or could not decode an image.
         UnsupportedContentError: the message holds audio, video, a document or another block
             a text model cannot take.
     """
     role = _ROLES.get(MessageRole(message.role))
     if role is None:  # pragma: no cover - MessageRole is a closed enum
         raise InvalidRequestError(f"message role {message.role!r} is not supported")
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     call_blocks: list[ToolCallBlock] = []
     for index, block in enumerate(message.blocks):
         if isinstance(block, ToolCallBlock):
@@ -177,10 +237,10 @@ def to_engine_message(message: LIChatMessage) -> ChatMessage:
                 )
             call_blocks.append(block)
             continue
-        text = _block_text(block, index, role)
-        if text is not None:
-            texts.append(text)
-    content = "\n".join(texts)
+        part = _block_part(block, index, role, read_image)
+        if part is not None:
+            parts.append(part)
+    content = _joined(parts)
     kwargs = message.additional_kwargs
     if role == "assistant":
         calls = _calls_from_blocks(call_blocks)
@@ -199,9 +259,11 @@ def to_engine_message(message: LIChatMessage) -> ChatMessage:
     return ChatMessage(role=role, content=content)
 
 
-def to_engine_messages(messages: Sequence[LIChatMessage]) -> list[ChatMessage]:
+def to_engine_messages(
+    messages: Sequence[LIChatMessage], read_image: ImageReader | None = None
+) -> list[ChatMessage]:
     """Every message translated with :func:`to_engine_message`."""
-    return [to_engine_message(message) for message in messages]
+    return [to_engine_message(message, read_image) for message in messages]
 
 
 def tools_to_openai(tools: Sequence[BaseTool]) -> list[dict[str, Any]]:

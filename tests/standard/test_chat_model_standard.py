@@ -6,22 +6,54 @@ answers wrongly are xfailed below with the reason; every other failure is a bug.
 
 from __future__ import annotations
 
+import io
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_tests.integration_tests import ChatModelIntegrationTests
+from langchain_tests.integration_tests import chat_models as chat_models_suite
 from langchain_tests.unit_tests import ChatModelUnitTests
+from PIL import Image
 
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.models import models_dir
 from tests.conftest import SMOLLM
+from tests.fixtures.tiny_projector import cached_tiny_projector
 
 MODEL = "smollm2-135m"
 # The same engine settings for every test instance, so they all share one registry engine.
 # Greedy and bounded: the integration suite passes no sampling settings of its own, and the
-# tiny model would otherwise ramble to the end of its context.
-PARAMS: dict[str, Any] = {"model": MODEL, "temperature": 0.0, "max_tokens": 128}
+# tiny model would otherwise ramble to the end of its context. The tiny random-weight projector
+# makes it a vision model (the image tests check the path, not what it says about a picture).
+PARAMS: dict[str, Any] = {
+    "model": MODEL,
+    "mmproj": str(cached_tiny_projector("mlp", 576)),
+    "temperature": 0.0,
+    "max_tokens": 128,
+}
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.radial_gradient("L").convert("RGB").resize((96, 64)).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def _local_image_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image tests download a picture from GitHub before calling the model; nothing reaches
+    the internet here, so that download returns a local PNG (the model itself fetches nothing:
+    the tests hand it base64 data)."""
+    picture = _png()
+
+    def fake_get(url: str, *args: Any, **kwargs: Any) -> Any:
+        if not url.endswith(".png"):
+            raise AssertionError(f"unexpected download in a standard test: {url}")
+        return SimpleNamespace(content=picture)
+
+    monkeypatch.setattr(chat_models_suite.httpx, "get", fake_get)
 
 
 class _Capabilities:
@@ -112,10 +144,12 @@ class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
 
     @property
     def supports_image_inputs(self) -> bool:
-        return False
+        return True
 
     @property
     def supports_image_urls(self) -> bool:
+        # Supported with ImagePolicy(allow_remote=True), and tested against a local server in
+        # tests/integration/test_images_adapters.py; this test's URL is on GitHub, out of reach.
         return False
 
     @property
@@ -136,7 +170,7 @@ class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
 
     @property
     def supports_image_tool_message(self) -> bool:
-        return False
+        return True
 
     @property
     def supports_pdf_tool_message(self) -> bool:

@@ -12,7 +12,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from llamacpp_integrations.engine import Usage
+from llamacpp_integrations.engine import ImageInput, Usage
 from llamacpp_integrations.errors import ImageInputNotSupportedError, UnsupportedContentError
 from llamacpp_integrations.langchain.messages import (
     openai_tool_calls,
@@ -119,3 +119,68 @@ def test_outputs_in_langchain_shapes() -> None:
         "total_tokens": 15,
         "input_token_details": {"cache_read": 4},
     }
+
+
+@pytest.mark.parametrize(
+    ("block", "source"),
+    [
+        ({"type": "image_url", "image_url": {"url": "https://e.com/a.png"}}, "https://e.com/a.png"),
+        (
+            {"type": "image_url", "image_url": "data:image/png;base64,QQ=="},
+            "data:image/png;base64,QQ==",
+        ),
+        ({"type": "input_image", "image_url": "https://e.com/b.png"}, "https://e.com/b.png"),
+        (
+            {"type": "image", "source_type": "base64", "data": "QQ==", "mime_type": "image/png"},
+            "data:image/png;base64,QQ==",
+        ),
+        (
+            {"type": "image", "source_type": "url", "url": "https://e.com/c.png"},
+            "https://e.com/c.png",
+        ),
+        (
+            {"type": "image", "base64": "QQ==", "mime_type": "image/jpeg"},
+            "data:image/jpeg;base64,QQ==",
+        ),
+        ({"type": "image", "base64": "QQ=="}, "QQ=="),
+        ({"type": "image", "url": "https://e.com/d.png"}, "https://e.com/d.png"),
+    ],
+)
+def test_image_blocks_are_read_in_order_with_the_text(
+    block: dict[str, object], source: str
+) -> None:
+    seen: list[str] = []
+    pixels = ImageInput(1, 1, b"\0\0\0")
+
+    def read(src: str) -> ImageInput:
+        seen.append(src)
+        return pixels
+
+    content = [{"type": "text", "text": "see "}, {"type": "text", "text": "this"}, block, "!"]
+    out = to_engine_messages([HumanMessage(content=content)], read)
+    assert seen == [source]
+    assert out[0]["content"] == [
+        {"type": "text", "text": "see this"},
+        {"type": "image", "image": pixels},
+        {"type": "text", "text": "!"},
+    ]
+
+
+def test_image_blocks_naming_a_file_id_are_refused() -> None:
+    block = {"type": "image", "file_id": "file-123"}
+    with pytest.raises(UnsupportedContentError, match="file id"):
+        to_engine_messages([HumanMessage(content=[block])], lambda src: ImageInput(1, 1, b"\0" * 3))
+
+
+def test_images_in_tool_results_keep_the_error_prefix() -> None:
+    pixels = ImageInput(1, 1, b"\0\0\0")
+    message = ToolMessage(
+        content=[{"type": "image", "base64": "QQ==", "mime_type": "image/png"}],
+        tool_call_id="c1",
+        status="error",
+    )
+    out = to_engine_messages([message], lambda src: pixels)
+    assert out[0]["content"] == [
+        {"type": "text", "text": "Error: "},
+        {"type": "image", "image": pixels},
+    ]

@@ -36,7 +36,7 @@ from llama_index.core.llms.llm import LLM, ToolSelection
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 
-from llamacpp_integrations.engine import TokenLogprob, TopLogprob, Usage
+from llamacpp_integrations.engine import ImageInput, TokenLogprob, TopLogprob, Usage
 from llamacpp_integrations.errors import (
     ImageInputNotSupportedError,
     InvalidRequestError,
@@ -505,3 +505,29 @@ def test_every_prefix_of_json_parses_and_the_whole_parses_exactly(
             parse_partial_json(text[:end])
         except ValueError as error:  # only "nothing yet" is allowed to fail
             assert str(error) == "no JSON value yet", (text[:end], error)
+
+
+@pytest.mark.parametrize("kind", ["path", "url", "bytes", "base64"])
+def test_image_blocks_are_read_with_the_reader(tmp_path: Path, kind: str) -> None:
+    blocks = _image_blocks(tmp_path)
+    seen: list[object] = []
+    pixels = ImageInput(1, 1, b"\0\0\0")
+
+    def read(source: object) -> ImageInput:
+        seen.append(source)
+        return pixels
+
+    message = ChatMessage(
+        role="user", blocks=[TextBlock(text="What"), TextBlock(text="is this?"), blocks[kind]]
+    )
+    assert to_engine_messages([message], read)[0].content == [
+        {"type": "text", "text": "What\nis this?"},
+        {"type": "image", "image": pixels},
+    ]
+    expected: object = {
+        "path": tmp_path / "pixel.png",
+        "url": "https://example.com/pixel.png",
+        "bytes": PNG,  # LlamaIndex keeps image bytes base64-encoded; the reader gets them raw
+        "base64": PNG,
+    }[kind]
+    assert seen == [expected]
