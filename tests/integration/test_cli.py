@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from llamacpp_integrations.cli import main
 
@@ -34,3 +35,22 @@ def test_chat_reads_turns_until_an_empty_line(
 def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "--model", "/nonexistent/model.gguf"]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+def test_chat_with_an_image(
+    smollm_path: Path,
+    projector: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    picture = tmp_path / "picture.png"
+    Image.new("RGB", (40, 30), (200, 40, 40)).save(picture)
+    lines = iter(["What is this?", ""])
+    monkeypatch.setattr("builtins.input", lambda _prompt="": next(lines))
+    argv = ["chat", "--model", str(smollm_path), "--mmproj", str(projector)]
+    assert main([*argv, "--image", str(picture), "--max-tokens", "4"]) == 0
+    assert "chatting with" in capsys.readouterr().out
+    # Without a projector the image is refused, as an error message.
+    assert main(["chat", "--model", str(smollm_path), "--image", str(picture)]) == 1
+    assert "projector" in capsys.readouterr().err
