@@ -8,7 +8,7 @@ export LLAMACPP_INTEGRATIONS_MODELS ?= $(CURDIR)/.cache/models
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration bench llama-server bench-server clean
+.PHONY: install models demo test lint unit integration bench bench-images llama-server bench-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ test: models lint
 
 bench: models
 	$(BIN)/python benchmarks/throughput.py
+
+bench-images: models
+	$(BIN)/python benchmarks/images.py
 
 # llama.cpp's own server, built from the sources vendored in the installed llama-cpp-python's
 # sdist (the same llama.cpp the engine runs), for the side-by-side benchmark only.

@@ -203,7 +203,9 @@ class EngineCore:
         This runs after the step's text decode and sampling: its own decode replaces the
         logits, and prompts never end on an image, so nothing samples from it.
         """
-        active = self.active[step.seq.request_id]
+        active = self.active.get(step.seq.request_id)
+        if active is None:  # ended earlier in this step
+            return
         media = active.prepared.media
         assert self.vision is not None and media is not None
         span = media.spans[step.start]

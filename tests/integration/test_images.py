@@ -37,6 +37,7 @@ from llamacpp_integrations.errors import (
 )
 from llamacpp_integrations.multimodal import load_image
 from tests.fixtures.tiny_projector import build_tiny_projector
+from tests.fixtures.tiny_qwen2vl import build_tiny_qwen2vl
 
 GREEDY = SamplingParams(temperature=0.0)
 SYSTEM = (
@@ -327,3 +328,28 @@ def test_gemma3_projector_on_gemma(gemma_path: Path, tmp_path: Path) -> None:
         )
         # The second identical request reused the cached prefix, image included.
         assert answers[1].usage.cached_prompt_tokens > answers[0].usage.prompt_image_tokens
+
+
+def test_m_rope_family_counts_cells_not_positions(tmp_path: Path) -> None:
+    """Qwen2-VL's family (tiny random pair, tests/fixtures/tiny_qwen2vl.py): an image takes
+    fewer positions than embeddings, so positions, KV cells and cached counts must not mix."""
+    model, mmproj = build_tiny_qwen2vl(tmp_path)
+    config = EngineConfig(model=str(model), mmproj=str(mmproj), n_seq_max=2, n_ctx_per_seq=512)
+    with Engine(config) as qwen:
+        image = noise(12, (64, 32))
+        request = ask(image, system=None, logprobs=3)
+        positions = qwen.prompt_tokens(request)
+        n_image_positions = sum(1 for t in positions if t < 0)
+        first = qwen.generate(request)
+        usage = first.usage
+        assert 0 < n_image_positions < usage.prompt_image_tokens  # 8 positions, 32 embeddings
+        assert usage.prompt_tokens == len(positions) - n_image_positions + usage.prompt_image_tokens
+        again = qwen.generate(ask(image, system=None, logprobs=3))
+        assert again.token_ids == first.token_ids
+        # Everything but the last prompt token came from the cache: cells, image included.
+        assert again.usage.cached_prompt_tokens == usage.prompt_tokens - 1
+        follow_up = qwen.generate(ask(image, "And the colours?", system=None))
+        assert follow_up.usage.cached_prompt_tokens > usage.prompt_image_tokens
+        other = qwen.generate(ask(noise(13, (64, 32)), system=None, logprobs=3))
+        assert first.logprobs and other.logprobs
+        assert first.logprobs[0].top != other.logprobs[0].top
