@@ -18,20 +18,42 @@ from .engine import Engine
 
 __all__ = ["engine_for", "live_engines", "shared_engine"]
 
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards the two maps below, never held while a model loads
 _ENGINES: weakref.WeakValueDictionary[EngineConfig, Engine] = weakref.WeakValueDictionary()
+_LOADING: dict[EngineConfig, threading.Lock] = {}  # one lock per configuration being loaded
 
 
 def shared_engine(config: EngineConfig | None = None, /, **overrides: Any) -> Engine:
-    """The live engine for this configuration, loading the model on first use."""
+    """The live engine for this configuration, loading the model on first use.
+
+    Loading takes seconds; meanwhile other configurations are served (and loaded) as usual,
+    and callers asking for this one wait for the same load instead of starting another.
+    """
     config = replace(config or EngineConfig(), **overrides)
     key = config.resolved()
     with _LOCK:
-        engine = _ENGINES.get(key)
-        if engine is None or engine.closed:
-            engine = Engine(key)
-            _ENGINES[key] = engine
+        engine = _live(key)
+        if engine is not None:
+            return engine
+        loading = _LOADING.setdefault(key, threading.Lock())
+    with loading:
+        with _LOCK:
+            engine = _live(key)  # loaded by whoever held ``loading`` before us
+        if engine is None:
+            try:
+                engine = Engine(key)
+                with _LOCK:
+                    _ENGINES[key] = engine  # before the lock goes: no one loads it twice
+            finally:
+                with _LOCK:
+                    if _LOADING.get(key) is loading:
+                        del _LOADING[key]
         return engine
+
+
+def _live(key: EngineConfig) -> Engine | None:
+    engine = _ENGINES.get(key)
+    return None if engine is None or engine.closed else engine
 
 
 def live_engines() -> list[Engine]:

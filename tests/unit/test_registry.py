@@ -1,0 +1,90 @@
+"""The registry's locking, with a stand-in for ``Engine`` whose "load" blocks until released.
+
+Loading a real model takes seconds; what matters here is who waits for whom: a load of one
+configuration must not hold up callers of another, and concurrent callers of one configuration
+must share a single load. (The real sharing of weights is tested in tests/integration.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from llamacpp_integrations.engine import EngineConfig, registry
+
+
+class _SlowEngine:
+    loads: ClassVar[list[str]] = []
+    gates: ClassVar[dict[str, threading.Event]] = {}
+
+    def __init__(self, config: EngineConfig) -> None:
+        assert config.model is not None
+        name = Path(config.model).name
+        _SlowEngine.loads.append(name)
+        gate = _SlowEngine.gates.get(name)
+        if gate is not None and not gate.wait(10):
+            raise TimeoutError("test gate never opened")
+        if name.startswith("broken"):
+            raise RuntimeError("cannot load")
+        self.closed = False
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    monkeypatch.setattr(registry, "Engine", _SlowEngine)
+    _SlowEngine.loads, _SlowEngine.gates = [], {}
+    paths = {}
+    for name in ("slow.gguf", "fast.gguf", "broken.gguf"):
+        path = tmp_path / name
+        path.write_bytes(b"GGUF")  # resolution only needs the file to exist
+        paths[name] = str(path)
+    yield paths
+
+
+def test_a_slow_load_does_not_block_other_models(models: dict[str, str]) -> None:
+    _SlowEngine.gates["slow.gguf"] = gate = threading.Event()
+    slow = threading.Thread(
+        target=registry.shared_engine, args=(EngineConfig(model=models["slow.gguf"]),)
+    )
+    slow.start()
+    while "slow.gguf" not in _SlowEngine.loads:
+        threading.Event().wait(0.001)
+    # The slow load is in progress: another model is served right away.
+    fast = registry.shared_engine(EngineConfig(model=models["fast.gguf"]))
+    assert fast is registry.shared_engine(EngineConfig(model=models["fast.gguf"]))
+    assert slow.is_alive()
+    gate.set()
+    slow.join(10)
+    assert _SlowEngine.loads.count("slow.gguf") == 1
+
+
+def test_concurrent_callers_share_one_load(models: dict[str, str]) -> None:
+    _SlowEngine.gates["slow.gguf"] = gate = threading.Event()
+    config = EngineConfig(model=models["slow.gguf"])
+    results: list[object] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(registry.shared_engine(config)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    while "slow.gguf" not in _SlowEngine.loads:
+        threading.Event().wait(0.001)
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert _SlowEngine.loads == ["slow.gguf"]
+    assert len(results) == 4 and all(engine is results[0] for engine in results)
+
+
+def test_a_failed_load_is_retried_by_the_next_caller(models: dict[str, str]) -> None:
+    config = EngineConfig(model=models["broken.gguf"])
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="cannot load"):
+            registry.shared_engine(config)
+    assert _SlowEngine.loads == ["broken.gguf", "broken.gguf"]
+    assert registry._LOADING == {}
