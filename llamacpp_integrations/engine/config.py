@@ -76,7 +76,7 @@ class EngineConfig:
             "n_seq_max": self.n_seq_max >= 1,
             "n_ctx_per_seq": self.n_ctx_per_seq >= 0,
             "n_batch": self.n_batch >= 8,
-            "max_queued": self.max_queued >= 0,
+            "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
             "n_threads": self.n_threads is None or self.n_threads >= 1,

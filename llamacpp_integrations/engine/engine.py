@@ -539,13 +539,14 @@ class Engine:
         """One vector (plain floats) per text, batched with other callers' texts.
 
         Texts longer than ``embedding_n_ctx`` tokens raise ``ContextOverflowError`` unless
-        ``truncate`` is on.
+        ``truncate`` is on. When ``max_queued`` requests already wait, this waits for room, up
+        to ``timeout`` seconds if given, then raises ``EngineOverloadedError``.
         """
         channel = EventChannel()
         job = self._embed_job(
             texts, channel, normalize=normalize, truncate=truncate, timeout=timeout
         )
-        self._inbox.put(job, wait=None)
+        self._inbox.put(job, wait=timeout)
         return _vectors(channel.get(self._alive))
 
     async def aembed(
@@ -560,7 +561,7 @@ class Engine:
         job = self._embed_job(
             texts, channel, normalize=normalize, truncate=truncate, timeout=timeout
         )
-        await self._aput(job, None)
+        await self._aput(job, timeout)
         try:
             return _vectors(await channel.aget(self._alive))
         except asyncio.CancelledError:

@@ -90,6 +90,9 @@ def test_overloaded_queue_raises_then_recovers(smollm_path: Path) -> None:
         waiting = engine.submit(chat("Second.", max_tokens=2))
         with pytest.raises(EngineOverloadedError):
             engine.submit(chat("Third.", max_tokens=2))
+        # Embeddings wait for room too, as long as their timeout allows.
+        with pytest.raises(EngineOverloadedError):
+            engine.embed(["no room"], timeout=0.2)
         # A caller willing to wait gets in once there is room.
         unblock = threading.Timer(0.2, running.cancel)
         unblock.start()

@@ -19,6 +19,8 @@ def test_bad_values_are_named() -> None:
         EngineConfig(n_seq_max=0)
     with pytest.raises(InvalidRequestError, match="n_batch"):
         EngineConfig(n_batch=1)
+    with pytest.raises(InvalidRequestError, match="max_queued"):
+        EngineConfig(max_queued=0)  # no request could ever be queued
 
 
 def test_configs_are_hashable_keys() -> None:
