@@ -326,6 +326,15 @@ class Engine:
             media.close()
         return tokens
 
+    def count_prompt_tokens(self, request: ChatRequest | CompletionRequest) -> int:
+        """How many tokens the prompt counts as in ``Usage.prompt_tokens``: its text tokens plus
+        its images' embeddings (which M-RoPE models place on fewer positions)."""
+        tokens, media = self._tokenize_prompt(request)
+        if media is None:
+            return len(tokens)
+        media.close()
+        return media.n_tokens
+
     def _tokenize_prompt(
         self, request: ChatRequest | CompletionRequest
     ) -> tuple[list[int], MediaPrompt | None]:

@@ -251,7 +251,7 @@ class ChatLlamaCpp(BaseChatModel):
             chat_template=self.chat_template,
             tools=[convert_to_openai_tool(tool) for tool in tools] if tools else None,
         )
-        return len(engine.prompt_tokens(request))
+        return engine.count_prompt_tokens(request)
 
     # ---- requests -------------------------------------------------------------------------
 

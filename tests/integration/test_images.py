@@ -145,6 +145,7 @@ def test_usage_counts_image_tokens(vision: Engine) -> None:
     assert usage.prompt_image_tokens > 0
     assert usage.prompt_image_tokens == n_image_positions  # one position per embedding here
     assert usage.prompt_tokens == len(tokens)
+    assert vision.count_prompt_tokens(request) == usage.prompt_tokens
     text_only = vision.prompt_tokens(ask(None))
     # The image adds its embeddings plus the projector's own wrapping text tokens.
     assert usage.prompt_tokens >= len(text_only) + usage.prompt_image_tokens
@@ -344,6 +345,7 @@ def test_m_rope_family_counts_cells_not_positions(tmp_path: Path) -> None:
         usage = first.usage
         assert 0 < n_image_positions < usage.prompt_image_tokens  # 8 positions, 32 embeddings
         assert usage.prompt_tokens == len(positions) - n_image_positions + usage.prompt_image_tokens
+        assert qwen.count_prompt_tokens(request) == usage.prompt_tokens
         again = qwen.generate(ask(image, system=None, logprobs=3))
         assert again.token_ids == first.token_ids
         # Everything but the last prompt token came from the cache: cells, image included.

@@ -123,10 +123,12 @@ def test_langchain_every_image_form_reaches_the_model_alike(chat: ChatLlamaCpp) 
     texts = {answer.text for answer in answers.values()}
     assert len(texts) == 1, answers
     text_only = chat.invoke([HumanMessage(content=QUESTION)])
+    counted = chat.get_num_tokens_from_messages(_lc_message(LANGCHAIN_FORMS["v1 base64"]))
     for answer in answers.values():
         assert isinstance(answer, AIMessage) and answer.usage_metadata is not None
         assert text_only.usage_metadata is not None
         assert answer.usage_metadata["input_tokens"] > text_only.usage_metadata["input_tokens"]
+        assert answer.usage_metadata["input_tokens"] == counted
 
 
 async def test_langchain_async_and_stream_with_images(chat: ChatLlamaCpp) -> None:
