@@ -460,9 +460,7 @@ class ChatLlamaCpp(BaseChatModel):
 
     # ---- stream ---------------------------------------------------------------------------
 
-    def _chunk(
-        self, piece: ToolStreamChunk, name: str, logprobs: Any = None
-    ) -> ChatGenerationChunk:
+    def _chunk(self, piece: ToolStreamChunk, name: str) -> ChatGenerationChunk:
         last = piece.finish_reason is not None
         message = AIMessageChunk(
             content=piece.text,
@@ -476,10 +474,10 @@ class ChatLlamaCpp(BaseChatModel):
             message.response_metadata = self._metadata(
                 name, piece.finish_reason, piece.timings, None
             )
-        if logprobs:
+        if piece.logprobs:
             message.response_metadata.setdefault("logprobs", {"content": []})
             message.response_metadata["logprobs"]["content"] += [
-                _logprob_entry(entry) for entry in logprobs
+                _logprob_entry(entry) for entry in piece.logprobs
             ]
         return ChatGenerationChunk(message=message)
 
@@ -494,17 +492,15 @@ class ChatLlamaCpp(BaseChatModel):
         engine = self._get_engine(model)
         request, options = self._request(engine, messages, stop, kwargs)
         name = model or self.model_name
+        pieces: Iterator[ToolStreamChunk]
         if self._uses_tools(options):
-            pieces: Iterator[tuple[ToolStreamChunk, Any]] = (
-                (piece, None)
-                for piece in stream_with_tools(
-                    engine, request, options["tools"], **self._tool_kwargs(engine, request, options)
-                )
+            pieces = stream_with_tools(
+                engine, request, options["tools"], **self._tool_kwargs(engine, request, options)
             )
         else:
             pieces = (_as_tool_chunk(chunk) for chunk in engine.stream(request))
-        for piece, logprobs in pieces:
-            chunk = self._chunk(piece, name, logprobs)
+        for piece in pieces:
+            chunk = self._chunk(piece, name)
             if run_manager is not None and piece.text:
                 run_manager.on_llm_new_token(piece.text, chunk=chunk)
             yield chunk
@@ -530,8 +526,8 @@ class ChatLlamaCpp(BaseChatModel):
                 yield chunk
             return
         async for raw in engine.astream(request):
-            piece, logprobs = _as_tool_chunk(raw)
-            chunk = self._chunk(piece, name, logprobs)
+            piece = _as_tool_chunk(raw)
+            chunk = self._chunk(piece, name)
             if run_manager is not None and piece.text:
                 await run_manager.on_llm_new_token(piece.text, chunk=chunk)
             yield chunk
@@ -651,17 +647,16 @@ def _response_schema(response_format: Mapping[str, Any]) -> Mapping[str, Any] | 
     raise ValueError(f"response_format type must be 'json_schema' or 'json_object', not {kind!r}")
 
 
-def _as_tool_chunk(chunk: Any) -> tuple[ToolStreamChunk, Any]:
-    return (
-        ToolStreamChunk(
-            chunk.request_id,
-            chunk.text,
-            (),
-            chunk.finish_reason,
-            chunk.usage,
-            chunk.timings,
-        ),
-        getattr(chunk, "logprobs", None),
+def _as_tool_chunk(chunk: Any) -> ToolStreamChunk:
+    """A plain engine chunk in the shape of a tool stream's (no calls)."""
+    return ToolStreamChunk(
+        chunk.request_id,
+        chunk.text,
+        (),
+        chunk.finish_reason,
+        chunk.usage,
+        chunk.timings,
+        logprobs=chunk.logprobs,
     )
 
 

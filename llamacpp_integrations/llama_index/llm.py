@@ -6,14 +6,11 @@ import asyncio
 import json
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
     Callable,
     Generator,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -30,7 +27,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_NUM_OUTPUTS
 from llama_index.core.instrumentation.events.llm import (
     LLMStructuredPredictEndEvent,
@@ -52,11 +49,10 @@ from ..engine import (
     StreamChunk,
     engine_for,
 )
-from ..errors import InvalidRequestError, OutputTruncatedError
+from ..errors import InvalidRequestError
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, load_image
 from ..tools import (
     TemplateToolSupport,
-    ToolStreamChunk,
     agenerate_structured,
     agenerate_with_tools,
     astream_with_tools,
@@ -64,7 +60,6 @@ from ..tools import (
     detect_tool_support,
     generate_structured,
     generate_with_tools,
-    new_tool_call_id,
     stream_with_tools,
 )
 from .messages import (
@@ -73,7 +68,6 @@ from .messages import (
     assistant_message,
     completion_raw,
     has_image_blocks,
-    parse_partial_json,
     response_raw,
     to_engine_messages,
     to_logprobs,
@@ -81,6 +75,7 @@ from .messages import (
     tools_to_openai,
     usage_kwargs,
 )
+from .streaming import ChatStream, PartialObjects, aclosed, closed
 
 if TYPE_CHECKING:
     from llama_index.core.program.utils import FlexibleModel
@@ -114,28 +109,6 @@ def _chat_callback(fn: _F) -> _F:
 
 def _completion_callback(fn: _F) -> _F:
     return cast(_F, llm_completion_callback()(fn))
-
-
-@contextmanager
-def _closed(iterator: object) -> Iterator[None]:
-    """Close a generator when the code using it ends, early or not (cancels its request)."""
-    try:
-        yield
-    finally:
-        close = getattr(iterator, "close", None)
-        if callable(close):
-            close()
-
-
-@asynccontextmanager
-async def _aclosed(iterator: object) -> AsyncIterator[None]:
-    """Async :func:`_closed`."""
-    try:
-        yield
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if callable(aclose):
-            await aclose()
 
 
 @dataclass(frozen=True)
@@ -172,86 +145,6 @@ def _schema_of(response_format: object) -> Mapping[str, Any] | None:
         "response_format must be a pydantic model class, {'type': 'json_object'} or "
         "{'type': 'json_schema', 'json_schema': {'schema': {...}}}"
     )
-
-
-class _ChatStream:
-    """Engine chunks -> cumulative ``ChatResponse`` s (text so far, tool calls so far)."""
-
-    def __init__(self, model: str) -> None:
-        self._model = model
-        self._text = ""
-        self._calls: dict[int, PartialToolCall] = {}
-        self.finish_reason: str | None = None
-
-    def _response(
-        self, chunk: StreamChunk | ToolStreamChunk, finish_reason: str | None
-    ) -> ChatResponse:
-        return ChatResponse(
-            message=assistant_message(self._text, list(self._calls.values())),
-            delta=chunk.text,
-            raw=response_raw(
-                chunk.request_id, self._model, finish_reason, chunk.usage, chunk.timings
-            ),
-            additional_kwargs=usage_kwargs(chunk.usage),
-            logprobs=to_logprobs(chunk.logprobs) if isinstance(chunk, StreamChunk) else None,
-        )
-
-    def text(self, chunk: StreamChunk) -> ChatResponse | None:
-        self._text += chunk.text
-        self.finish_reason = chunk.finish_reason
-        if not chunk.text and not chunk.logprobs and chunk.finish_reason is None:
-            return None
-        return self._response(chunk, chunk.finish_reason)
-
-    def tools(self, chunk: ToolStreamChunk) -> ChatResponse | None:
-        self._text += chunk.text
-        self.finish_reason = chunk.finish_reason
-        for delta in chunk.tool_call_deltas:
-            call = self._calls.get(delta.index)
-            if call is None:
-                call = PartialToolCall(delta.id or new_tool_call_id(), delta.name or "")
-                self._calls[delta.index] = call
-            call.arguments += delta.arguments
-        if chunk.finish_reason is not None and chunk.tool_calls:
-            self._calls = {i: PartialToolCall.of(c) for i, c in enumerate(chunk.tool_calls)}
-        if not chunk.text and not chunk.tool_call_deltas and chunk.finish_reason is None:
-            return None
-        return self._response(chunk, chunk.finish_reason)
-
-    def check_structured(self, request_id: str | None = None) -> None:
-        if self.finish_reason == "length":
-            raise OutputTruncatedError(
-                "max_tokens ended the JSON answer early",
-                request_id=request_id,
-                partial_text=self._text,
-            )
-
-
-class _PartialObjects:
-    """Structured output as it streams: the model when what came validates, else a
-    ``FlexibleModel`` with the fields so far; only changes are reported."""
-
-    def __init__(self, output_cls: type[BaseModel]) -> None:
-        from llama_index.core.program.utils import create_flexible_model
-
-        self._cls = output_cls
-        self._flexible = create_flexible_model(output_cls)
-        self._last: Any = None
-        self.latest: BaseModel | None = None
-
-    def update(self, text: str) -> BaseModel | None:
-        try:
-            value = parse_partial_json(text)
-        except ValueError:
-            return None
-        if not isinstance(value, dict) or value == self._last:
-            return None
-        self._last = value
-        try:
-            self.latest = self._cls.model_validate(value)
-        except ValidationError:
-            self.latest = self._flexible.model_validate(value)
-        return self.latest
 
 
 # Sampling defaults are the engine's own, so the adapters cannot drift from them.
@@ -596,21 +489,21 @@ class LlamaCpp(FunctionCallingLLM):
         options = self._options(kwargs, chat=True)
         engine = self.engine
         request = self._chat_request(messages, options, self._image_reader(engine))
-        stream = _ChatStream(self._model_name(engine))
+        stream = ChatStream(self._model_name(engine))
 
         def gen() -> ChatResponseGen:
             if options.tools:
                 tool_chunks = stream_with_tools(
                     engine, request, options.tools, **self._tool_kwargs(engine, options)
                 )
-                with _closed(tool_chunks):
+                with closed(tool_chunks):
                     for tool_chunk in tool_chunks:
                         if (response := stream.tools(tool_chunk)) is not None:
                             yield response
                 return
             planned = constrain(request, options.schema) if options.structured else request
             chunks = engine.stream(planned)
-            with _closed(chunks):
+            with closed(chunks):
                 for chunk in chunks:
                     if (response := stream.text(chunk)) is not None:
                         yield response
@@ -627,21 +520,21 @@ class LlamaCpp(FunctionCallingLLM):
         options = self._options(kwargs, chat=True)
         engine = await self._aengine()
         request = await self._achat_request(engine, messages, options)
-        stream = _ChatStream(self._model_name(engine))
+        stream = ChatStream(self._model_name(engine))
 
         async def gen() -> ChatResponseAsyncGen:
             if options.tools:
                 tool_chunks = astream_with_tools(
                     engine, request, options.tools, **self._tool_kwargs(engine, options)
                 )
-                async with _aclosed(tool_chunks):
+                async with aclosed(tool_chunks):
                     async for tool_chunk in tool_chunks:
                         if (response := stream.tools(tool_chunk)) is not None:
                             yield response
                 return
             planned = constrain(request, options.schema) if options.structured else request
             chunks = engine.astream(planned)
-            async with _aclosed(chunks):
+            async with aclosed(chunks):
                 async for chunk in chunks:
                     if (response := stream.text(chunk)) is not None:
                         yield response
@@ -700,7 +593,7 @@ class LlamaCpp(FunctionCallingLLM):
         def gen() -> CompletionResponseGen:
             text = ""
             chunks = engine.stream(request)
-            with _closed(chunks):
+            with closed(chunks):
                 for chunk in chunks:
                     text += chunk.text
                     if (response := self._completion_chunks(chunk, text, model)) is not None:
@@ -721,7 +614,7 @@ class LlamaCpp(FunctionCallingLLM):
         async def gen() -> CompletionResponseAsyncGen:
             text = ""
             chunks = engine.astream(request)
-            async with _aclosed(chunks):
+            async with aclosed(chunks):
                 async for chunk in chunks:
                     text += chunk.text
                     if (response := self._completion_chunks(chunk, text, model)) is not None:
@@ -862,7 +755,7 @@ class LlamaCpp(FunctionCallingLLM):
             )
         )
         messages = self._get_messages(prompt, **prompt_args)
-        partial = _PartialObjects(output_cls)
+        partial = PartialObjects(output_cls)
         text = ""
         for response in self.stream_chat(
             messages, response_format=output_cls, **(llm_kwargs or {})
@@ -892,7 +785,7 @@ class LlamaCpp(FunctionCallingLLM):
                     output_cls=output_cls, template=prompt, template_args=prompt_args
                 )
             )
-            partial = _PartialObjects(output_cls)
+            partial = PartialObjects(output_cls)
             text = ""
             responses = await self.astream_chat(
                 messages, response_format=output_cls, **(llm_kwargs or {})

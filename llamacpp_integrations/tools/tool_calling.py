@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine import ChatRequest, Completion, Engine, StreamChunk, Timings, Usage
+from ..engine import ChatRequest, Completion, Engine, StreamChunk, Timings, TokenLogprob, Usage
 from ..engine.chat_template import messages_to_dicts
 from ..errors import OutputTruncatedError, ToolCallParseError
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
@@ -90,7 +90,9 @@ class ToolCallResult:
 @dataclass(frozen=True)
 class ToolStreamChunk:
     """One streamed piece: reply text and call deltas. The last chunk has ``finish_reason``,
-    ``usage``, ``timings`` and every finished call in ``tool_calls``."""
+    ``usage``, ``timings`` and every finished call in ``tool_calls``. ``logprobs`` are those of
+    the tokens sampled since the previous piece (when the request asked for them), whether
+    their text became reply text, call markup or arguments."""
 
     request_id: str
     text: str
@@ -99,6 +101,7 @@ class ToolStreamChunk:
     usage: Usage | None = None
     timings: Timings | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 def plan_tool_request(
@@ -207,13 +210,19 @@ class _StreamReader:
     def read(self, chunk: StreamChunk) -> ToolStreamChunk | None:
         if self._stream is None:
             return ToolStreamChunk(
-                chunk.request_id, chunk.text, (), chunk.finish_reason, chunk.usage, chunk.timings
+                chunk.request_id,
+                chunk.text,
+                (),
+                chunk.finish_reason,
+                chunk.usage,
+                chunk.timings,
+                logprobs=chunk.logprobs,
             )
         if chunk.finish_reason is None:
             text, deltas = self._stream.feed(chunk.text)
-            return (
-                ToolStreamChunk(chunk.request_id, text, tuple(deltas)) if text or deltas else None
-            )
+            if not (text or deltas or chunk.logprobs):
+                return None
+            return ToolStreamChunk(chunk.request_id, text, tuple(deltas), logprobs=chunk.logprobs)
         text, deltas, parsed = _finish(
             self._plan, self._stream, chunk.text, chunk.request_id, chunk.finish_reason
         )
@@ -225,6 +234,7 @@ class _StreamReader:
             chunk.usage,
             chunk.timings,
             parsed.tool_calls,
+            chunk.logprobs,
         )
 
 

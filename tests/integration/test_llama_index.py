@@ -228,6 +228,15 @@ def test_logprobs(engine: Engine) -> None:
     completion = llm.complete("Name a fruit.", top_logprobs=0)
     assert completion.logprobs and all(len(step) == 1 for step in completion.logprobs)
     assert llm.chat(user("Name a fruit."), logprobs=False).logprobs is None
+    # Tool calls stream their tokens' log-probabilities too.
+    tool_stream = list(
+        llm.stream_chat_with_tools(
+            [BY_NAME["add"]], user_msg="Add 2 and 3.", tool_required=True, max_tokens=64
+        )
+    )
+    n_tool_streamed = sum(len(r.logprobs or []) for r in tool_stream)
+    assert llm.get_tool_calls_from_response(tool_stream[-1])
+    assert n_tool_streamed == tool_stream[-1].raw["usage"]["completion_tokens"] > 0
 
 
 def test_leaving_a_stream_early_cancels_its_request(llm: LlamaCpp, engine: Engine) -> None:
