@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 from ..engine import ChatRequest, Engine, SamplingParams, engine_for
 from ..errors import EngineOverloadedError, SchemaNotSupportedError
 from ..models import read_gguf_info, resolve_model_path
-from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, load_image
+from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, image_reader_for
 from ..tools import (
     TemplateToolSupport,
     ToolStreamChunk,
@@ -268,12 +268,7 @@ class ChatLlamaCpp(BaseChatModel):
         }
 
     def _image_reader(self, engine: Engine) -> ImageReader | None:
-        """How image blocks are read for ``engine``; ``None`` (images refused) without a
-        projector, so nothing is fetched for a model that could not look at it."""
-        if not engine.info.supports_images:
-            return None
-        policy, max_side = self.image_policy, engine.info.image_max_side
-        return lambda source: load_image(source, policy, max_side=max_side)
+        return image_reader_for(engine.info, self.image_policy)
 
     async def _arequest(
         self,
@@ -498,7 +493,7 @@ class ChatLlamaCpp(BaseChatModel):
                 engine, request, options["tools"], **self._tool_kwargs(engine, request, options)
             )
         else:
-            pieces = (_as_tool_chunk(chunk) for chunk in engine.stream(request))
+            pieces = (ToolStreamChunk.of_text(chunk) for chunk in engine.stream(request))
         for piece in pieces:
             chunk = self._chunk(piece, name)
             if run_manager is not None and piece.text:
@@ -526,7 +521,7 @@ class ChatLlamaCpp(BaseChatModel):
                 yield chunk
             return
         async for raw in engine.astream(request):
-            piece = _as_tool_chunk(raw)
+            piece = ToolStreamChunk.of_text(raw)
             chunk = self._chunk(piece, name)
             if run_manager is not None and piece.text:
                 await run_manager.on_llm_new_token(piece.text, chunk=chunk)
@@ -645,19 +640,6 @@ def _response_schema(response_format: Mapping[str, Any]) -> Mapping[str, Any] | 
         schema = response_format.get("schema") or response_format.get("json_schema", {})
         return cast(Mapping[str, Any], schema.get("schema", schema))
     raise ValueError(f"response_format type must be 'json_schema' or 'json_object', not {kind!r}")
-
-
-def _as_tool_chunk(chunk: Any) -> ToolStreamChunk:
-    """A plain engine chunk in the shape of a tool stream's (no calls)."""
-    return ToolStreamChunk(
-        chunk.request_id,
-        chunk.text,
-        (),
-        chunk.finish_reason,
-        chunk.usage,
-        chunk.timings,
-        logprobs=chunk.logprobs,
-    )
 
 
 def _logprob_entry(entry: Any) -> dict[str, Any]:

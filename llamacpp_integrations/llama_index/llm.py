@@ -50,7 +50,7 @@ from ..engine import (
     engine_for,
 )
 from ..errors import InvalidRequestError
-from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, load_image
+from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy, image_reader_for
 from ..tools import (
     TemplateToolSupport,
     agenerate_structured,
@@ -361,12 +361,7 @@ class LlamaCpp(FunctionCallingLLM):
         )
 
     def _image_reader(self, engine: Engine) -> ImageReader | None:
-        """How ImageBlocks are read for ``engine``; ``None`` (images refused) without a
-        projector, so nothing is fetched for a model that could not look at it."""
-        if not engine.info.supports_images:
-            return None
-        policy, max_side = self.image_policy, engine.info.image_max_side
-        return lambda source: load_image(source, policy, max_side=max_side)
+        return image_reader_for(engine.info, self.image_policy)
 
     async def _achat_request(
         self, engine: Engine, messages: Sequence[ChatMessage], options: _Options

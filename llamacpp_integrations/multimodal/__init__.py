@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..errors import ImageLoadError, ImageLoadReason
 from .decode import LoadedImage
-from .loading import ImageSource, aload_image, load_image
+from .loading import ImageSource, aload_image, image_reader_for, load_image
 from .policy import DEFAULT_IMAGE_POLICY, DEFAULT_IMAGE_TYPES, ImagePolicy
 
 __all__ = [
@@ -27,5 +27,6 @@ __all__ = [
     "ImageSource",
     "LoadedImage",
     "aload_image",
+    "image_reader_for",
     "load_image",
 ]

@@ -28,17 +28,19 @@ import base64
 import binascii
 import os
 import re
+from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
 from PIL import Image
 
+from ..engine import ModelInfo
 from ..errors import ImageLoadError
 from .decode import LoadedImage, check_max_side, decode_bytes, from_pil, sniff_format
 from .fetch import fetch_url
 from .local import read_local_file
 from .policy import DEFAULT_IMAGE_POLICY, ImagePolicy
 
-__all__ = ["ImageSource", "aload_image", "load_image"]
+__all__ = ["ImageSource", "aload_image", "image_reader_for", "load_image"]
 
 ImageSource = bytes | bytearray | memoryview | str | os.PathLike[str] | Image.Image
 """What ``load_image`` accepts."""
@@ -99,6 +101,18 @@ async def aload_image(
     timeout (for a fetch) or when decoding is done.
     """
     return await asyncio.to_thread(load_image, source, policy, max_side=max_side)
+
+
+def image_reader_for(
+    info: ModelInfo, policy: ImagePolicy
+) -> Callable[[ImageSource], LoadedImage] | None:
+    """How an adapter reads images for the model ``info`` describes: ``load_image`` under
+    ``policy``, downscaled to what its projector uses; ``None`` (images refused) without a
+    projector, so nothing is fetched for a model that could not look at it."""
+    if not info.supports_images:
+        return None
+    max_side = info.image_max_side
+    return lambda source: load_image(source, policy, max_side=max_side)
 
 
 def _from_path(path: str, policy: ImagePolicy, max_side: int | None) -> LoadedImage:

@@ -103,6 +103,19 @@ class ToolStreamChunk:
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
 
+    @classmethod
+    def of_text(cls, chunk: StreamChunk) -> ToolStreamChunk:
+        """A plain engine chunk (no tools in play) in this shape."""
+        return cls(
+            chunk.request_id,
+            chunk.text,
+            (),
+            chunk.finish_reason,
+            chunk.usage,
+            chunk.timings,
+            logprobs=chunk.logprobs,
+        )
+
 
 def plan_tool_request(
     engine: Engine,
@@ -209,15 +222,7 @@ class _StreamReader:
 
     def read(self, chunk: StreamChunk) -> ToolStreamChunk | None:
         if self._stream is None:
-            return ToolStreamChunk(
-                chunk.request_id,
-                chunk.text,
-                (),
-                chunk.finish_reason,
-                chunk.usage,
-                chunk.timings,
-                logprobs=chunk.logprobs,
-            )
+            return ToolStreamChunk.of_text(chunk)
         if chunk.finish_reason is None:
             text, deltas = self._stream.feed(chunk.text)
             if not (text or deltas or chunk.logprobs):
