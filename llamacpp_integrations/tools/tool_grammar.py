@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .call_syntax import CallSyntax
-from .gbnf import _alt, _literal, _Rules, _seq
-from .json_grammar import schema_rule
+from .grammar import GrammarRules, schema_rule
+from .grammar.gbnf import alt, literal, seq
 from .tool_spec import ToolSpec
 
 __all__ = ["marker_free_text_rule", "tool_calls_gbnf"]
@@ -29,17 +29,17 @@ def _closed(parameters: Mapping[str, Any]) -> Mapping[str, Any]:
     return parameters
 
 
-def _call_rule(rules: _Rules, tool: ToolSpec, syntax: CallSyntax) -> str:
+def _call_rule(rules: GrammarRules, tool: ToolSpec, syntax: CallSyntax) -> str:
     arguments = schema_rule(rules, _closed(tool.parameters), f"{tool.name}-arguments")
     if syntax.named_args:
-        return rules.add(f"call-{tool.name}", _seq(_literal(f"{tool.name}[ARGS]"), arguments))
-    body = _seq(
+        return rules.add(f"call-{tool.name}", seq(literal(f"{tool.name}[ARGS]"), arguments))
+    body = seq(
         '"{" ws',
-        _literal('"name"'),
+        literal('"name"'),
         'ws ":" ws',
-        _literal(f'"{tool.name}"'),
+        literal(f'"{tool.name}"'),
         'ws "," ws',
-        _literal(f'"{syntax.arguments_key}"'),
+        literal(f'"{syntax.arguments_key}"'),
         'ws ":" ws',
         arguments,
         'ws "}"',
@@ -47,15 +47,15 @@ def _call_rule(rules: _Rules, tool: ToolSpec, syntax: CallSyntax) -> str:
     return rules.add(f"call-{tool.name}", body)
 
 
-def _block(rules: _Rules, call: str, syntax: CallSyntax) -> str:
+def _block(rules: GrammarRules, call: str, syntax: CallSyntax) -> str:
     if syntax.named_args:
-        return rules.add("call-block", _seq(_literal(syntax.call_open), call))
+        return rules.add("call-block", seq(literal(syntax.call_open), call))
     parts = [call]
     if syntax.call_open:
-        parts.insert(0, f"{_literal(syntax.call_open)} ws")
+        parts.insert(0, f"{literal(syntax.call_open)} ws")
     if syntax.call_close:
-        parts.append(f"ws {_literal(syntax.call_close)}")
-    return rules.add("call-block", _seq(*parts))
+        parts.append(f"ws {literal(syntax.call_close)}")
+    return rules.add("call-block", seq(*parts))
 
 
 def tool_calls_gbnf(
@@ -77,20 +77,20 @@ def tool_calls_gbnf(
         SchemaNotSupportedError: a tool's parameter schema cannot be expressed.
         ValueError: ``allow_text`` with a syntax whose call list cannot be empty.
     """
-    rules = _Rules()
+    rules = GrammarRules()
     rules.fixed("ws")
-    call = rules.add("call", _alt([_call_rule(rules, tool, syntax) for tool in tools]))
+    call = rules.add("call", alt([_call_rule(rules, tool, syntax) for tool in tools]))
     block = _block(rules, call, syntax)
     separator = syntax.separator.strip()
-    more = _seq("ws", f"{_literal(separator)} ws" if separator else "", block)
+    more = seq("ws", f"{literal(separator)} ws" if separator else "", block)
     repeated = rules.add("more-calls", more) + f"{{0,{MAX_PARALLEL_CALLS - 1}}}" if parallel else ""
-    lead = _literal(syntax.lead) if syntax.lead else ""
+    lead = literal(syntax.lead) if syntax.lead else ""
     if syntax.name == "llama3":
         lead = '"<|python_tag|>"?'
     # Whitespace may end the answer: a model that writes a newline after its call can still
     # stop there instead of being held to writing another call.
-    trail = f"ws {_literal(syntax.trail)} ws" if syntax.trail else "ws"
-    calls = rules.add("calls", _seq(lead, "ws" if lead else "", block, repeated, trail))
+    trail = f"ws {literal(syntax.trail)} ws" if syntax.trail else "ws"
+    calls = rules.add("calls", seq(lead, "ws" if lead else "", block, repeated, trail))
     if not allow_text:
         return rules.render(calls)
     if not syntax.empty_allowed:
@@ -98,7 +98,7 @@ def tool_calls_gbnf(
     blank_or_marker = " \t\r\n" + syntax.opener[0]
     first = f"[^{_class_escape(blank_or_marker)}]"
     text = marker_free_text_rule(rules, syntax.opener)
-    no_call = rules.add("no-call", _seq(lead, "ws", trail, first, text))
+    no_call = rules.add("no-call", seq(lead, "ws", trail, first, text))
     return rules.render(f"{calls} | {no_call}")
 
 
@@ -106,7 +106,7 @@ def _class_escape(chars: str) -> str:
     return "".join(f"\\x{ord(char):02X}" for char in dict.fromkeys(chars))
 
 
-def marker_free_text_rule(rules: _Rules, marker: str) -> str:
+def marker_free_text_rule(rules: GrammarRules, marker: str) -> str:
     """A rule for any text (possibly empty) in which ``marker`` never occurs.
 
     Built from the matching automaton of ``marker`` (Knuth-Morris-Pratt): one rule per count of
@@ -137,7 +137,7 @@ def marker_free_text_rule(rules: _Rules, marker: str) -> str:
                 continue
             leaving.add(char)
             if target < len(marker):
-                options.append(f"{_literal(char)} {names[target]}")
+                options.append(f"{literal(char)} {names[target]}")
         options.append(f"[^{_class_escape(''.join(sorted(leaving)))}] {names[0]}")
         rules.define(name, " | ".join(options) + ' | ""')
     return names[0]

@@ -13,21 +13,21 @@ object of arguments, or the whole answer raises :class:`ToolCallParseError`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ToolCallParseError
 from .call_syntax import CallSyntax
+from .tool_call_scan import (
+    PartialCall,
+    load_json,
+    scan_call_object,
+    scan_named_call,
+    skip_json_ws,
+)
 from .tool_spec import ToolCall, ToolCallDelta, new_tool_call_id
 
 __all__ = ["ParsedOutput", "ToolCallStream", "parse_tool_output"]
-
-_ARGUMENT_KEYS = ("arguments", "parameters")
-_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
-_ARGS_MARK = "[ARGS]"
-_JSON_WS = " \t\n\r"
 
 
 @dataclass(frozen=True)
@@ -39,159 +39,9 @@ class ParsedOutput:
 
 
 @dataclass
-class _Call:
-    """What is known of one call so far."""
-
-    start: int
-    name: str | None = None
-    arguments: str = ""  # the argument text known so far (always a prefix of the final one)
-    arguments_done: bool = False
-    end: int | None = None  # set when the call's text is complete
-    raw_arguments_string: bool = False  # arguments came as a JSON string holding JSON
-    raw: str = ""  # the whole call object, once complete (JSON-object syntaxes)
-
-
-@dataclass
 class _Snapshot:
     content: str = ""
-    calls: list[_Call] = field(default_factory=list)
-
-
-# -- one JSON call object ------------------------------------------------------------------------
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    # JSON's four whitespace characters only: the grammars allow these and no others, so
-    # anything else (U+2028, form feed...) is part of a reply and must not be eaten.
-    while pos < len(text) and text[pos] in _JSON_WS:
-        pos += 1
-    return pos
-
-
-def _json_string_end(text: str, start: int) -> int | None:
-    """Index after the string starting at ``text[start] == '"'``, or None if it is unfinished."""
-    escaped = False
-    for i in range(start + 1, len(text)):
-        char = text[i]
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == '"':
-            return i + 1
-    return None
-
-
-def _value_end(text: str, start: int) -> tuple[int | None, int]:
-    """Index after the JSON value starting at ``start`` (None if unfinished), and how far the
-    scan got. Only the nesting is tracked; ``json.loads`` judges the content later."""
-    char = text[start]
-    if char == '"':
-        end = _json_string_end(text, start)
-        return end, len(text) if end is None else end
-    if char in "{[":
-        depth, i = 0, start
-        while i < len(text):
-            char = text[i]
-            if char == '"':
-                string_end = _json_string_end(text, i)
-                if string_end is None:
-                    return None, len(text)
-                i = string_end
-                continue
-            if char in "{[":
-                depth += 1
-            elif char in "}]":
-                depth -= 1
-                if depth == 0:
-                    return i + 1, i + 1
-            i += 1
-        return None, len(text)
-    match = re.compile(r"[^,}\]\s]*").match(text, start)
-    assert match is not None  # the pattern matches the empty string
-    end = match.end()
-    return (end, end) if end < len(text) else (None, end)
-
-
-def _scan_call_object(text: str, start: int, call: _Call) -> None:
-    """Fill ``call`` from the object at ``text[start] == '{'`` as far as the text goes."""
-    pos = _skip_ws(text, start + 1)
-    while pos < len(text):
-        if text[pos] == "}":
-            call.end = pos + 1
-            return
-        if text[pos] == ",":
-            pos = _skip_ws(text, pos + 1)
-            continue
-        if text[pos] != '"':
-            raise ToolCallParseError("expected a key in the call object", position=pos)
-        key_end = _json_string_end(text, pos)
-        if key_end is None:
-            return
-        key = json.loads(text[pos:key_end])
-        pos = _skip_ws(text, key_end)
-        if pos >= len(text):
-            return
-        if text[pos] != ":":
-            raise ToolCallParseError("expected ':' after a key in the call object", position=pos)
-        pos = _skip_ws(text, pos + 1)
-        if pos >= len(text):
-            return
-        value_end, reached = _value_end(text, pos)
-        if key == "name":
-            if value_end is not None:
-                name = _loads(text[pos:value_end], pos)
-                if not isinstance(name, str):
-                    raise ToolCallParseError("the call's name is not a string", position=pos)
-                call.name = name
-        elif key in _ARGUMENT_KEYS:
-            _read_arguments(text, pos, value_end, reached, call)
-        if value_end is None:
-            return
-        pos = _skip_ws(text, value_end)
-
-
-def _read_arguments(text: str, pos: int, end: int | None, reached: int, call: _Call) -> None:
-    if text[pos] == "{":
-        call.arguments = text[pos : end if end is not None else reached]
-        call.arguments_done = end is not None
-    elif end is not None:  # a string holding JSON, or something that is not arguments at all
-        value = _loads(text[pos:end], pos)
-        if not isinstance(value, str):
-            raise ToolCallParseError("the call's arguments are not an object", position=pos)
-        call.arguments, call.arguments_done = value, True
-        call.raw_arguments_string = True
-
-
-def _loads(text: str, position: int) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ToolCallParseError(f"invalid JSON ({error.msg})", position=position) from None
-
-
-def _scan_named_call(text: str, start: int, call: _Call) -> None:
-    """``name[ARGS]{...}`` (Mistral v11)."""
-    match = _NAME.match(text, start)
-    name_end = match.end() if match else start
-    if name_end == len(text):
-        return
-    if name_end == start:
-        raise ToolCallParseError("expected a tool name after the call marker", position=start)
-    rest = text[name_end : name_end + len(_ARGS_MARK)]
-    if not _ARGS_MARK.startswith(rest):
-        raise ToolCallParseError("expected [ARGS] after the tool name", position=name_end)
-    if len(rest) < len(_ARGS_MARK):
-        return
-    call.name = text[start:name_end]
-    pos = _skip_ws(text, name_end + len(_ARGS_MARK))
-    if pos >= len(text):
-        return
-    if text[pos] != "{":
-        raise ToolCallParseError("the call's arguments are not an object", position=pos)
-    end, reached = _value_end(text, pos)
-    _read_arguments(text, pos, end, reached, call)
-    call.end = end
+    calls: list[PartialCall] = field(default_factory=list)
 
 
 # -- the whole answer ----------------------------------------------------------------------------
@@ -225,7 +75,7 @@ def _calls_start(text: str, pos: int, syntax: CallSyntax, final: bool) -> tuple[
         return None if not held else (len(text), len(text) - held)
     if pos > 0:  # markup-less syntaxes (llama3) call only at the start of the answer
         return None
-    first = _skip_ws(text, 0)
+    first = skip_json_ws(text, 0)
     if first < len(text) and re.match(syntax.start_pattern, text[first:]):
         return first, 0  # the blanks before the call are not a reply
     if not final and (first == len(text) or _pending_prefix(text, first, ("<|python_tag|>",))):
@@ -267,11 +117,11 @@ def _read_calls(
             return pos, False
         if not final and _pending_prefix(text, pos, syntax.between):
             return pos, False
-        call = _Call(start=pos)
+        call = PartialCall(start=pos)
         if syntax.named_args and after_call_open:
-            _scan_named_call(text, pos, call)
+            scan_named_call(text, pos, call)
         elif not syntax.named_args and text[pos] == "{":
-            _scan_call_object(text, pos, call)
+            scan_call_object(text, pos, call)
             call.raw = text[pos : call.end] if call.end is not None else ""
         else:
             return pos, True  # text after the calls
@@ -285,7 +135,7 @@ def _read_calls(
 
 def _expect(text: str, pos: int, token: str, what: str, *, final: bool) -> int | None:
     """Position after ``token`` at ``pos`` (after blanks); None while it may still come."""
-    pos = _skip_ws(text, pos)
+    pos = skip_json_ws(text, pos)
     if text.startswith(token, pos):
         return pos + len(token)
     if not final and token.startswith(text[pos:]):
@@ -303,7 +153,7 @@ def _read_call_list(
         return len(text), False
     pos, n_calls = after, 0
     while True:
-        pos = _skip_ws(text, pos)
+        pos = skip_json_ws(text, pos)
         if pos >= len(text):
             if final:
                 raise ToolCallParseError("the list of tool calls is not closed", position=pos)
@@ -314,8 +164,8 @@ def _read_call_list(
             break
         if text[pos] != "{":
             raise ToolCallParseError("expected a tool call object in the list", position=pos)
-        call = _Call(start=pos)
-        _scan_call_object(text, pos, call)
+        call = PartialCall(start=pos)
+        scan_call_object(text, pos, call)
         snapshot.calls.append(call)
         if call.end is None:
             if final:
@@ -323,7 +173,7 @@ def _read_call_list(
             return len(text), False
         call.raw = text[pos : call.end]
         n_calls += 1
-        pos = _skip_ws(text, call.end)
+        pos = skip_json_ws(text, call.end)
         if pos >= len(text):
             if final:
                 raise ToolCallParseError("the list of tool calls is not closed", position=pos)
@@ -341,14 +191,14 @@ def _read_call_list(
         if after is None:
             return len(text), False
         pos = after
-    return _skip_ws(text, pos), True  # blanks between the list and a reply belong to neither
+    return skip_json_ws(text, pos), True  # blanks between the list and a reply belong to neither
 
 
 def _skip_between(text: str, pos: int, syntax: CallSyntax) -> tuple[int, bool]:
     """Skip whitespace and markup between calls; also say whether a call opener came last."""
     after_call_open = False
     while True:
-        pos = _skip_ws(text, pos)
+        pos = skip_json_ws(text, pos)
         for token in syntax.between:
             if text.startswith(token, pos):
                 pos += len(token)
@@ -361,13 +211,13 @@ def _skip_between(text: str, pos: int, syntax: CallSyntax) -> tuple[int, bool]:
 # -- results -------------------------------------------------------------------------------------
 
 
-def _finished_call(call: _Call, call_id: str) -> ToolCall:
-    if call.raw and not isinstance(_loads(call.raw, call.start), dict):
+def _finished_call(call: PartialCall, call_id: str) -> ToolCall:
+    if call.raw and not isinstance(load_json(call.raw, call.start), dict):
         raise ToolCallParseError("the tool call is not a JSON object", position=call.start)
     if call.name is None:
         raise ToolCallParseError("the tool call has no name", position=call.start)
     arguments_json = call.arguments if call.arguments_done else "{}"
-    arguments = _loads(arguments_json, call.start)
+    arguments = load_json(arguments_json, call.start)
     if not isinstance(arguments, dict):
         raise ToolCallParseError("the call's arguments are not an object", position=call.start)
     return ToolCall(id=call_id, name=call.name, arguments=arguments, arguments_json=arguments_json)

@@ -22,8 +22,8 @@ from llamacpp_integrations.engine import (
     Engine,
     SamplingParams,
 )
-from llamacpp_integrations.tools.json_grammar import schema_to_gbnf
-from tests.unit.test_json_grammar import schemas, validate
+from llamacpp_integrations.tools.grammar import schema_to_gbnf
+from tests.integration.test_json_grammar import schemas, validate
 
 SEEDS = range(4)
 

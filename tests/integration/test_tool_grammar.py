@@ -24,7 +24,7 @@ from llamacpp_integrations.tools.call_syntax import (
     TOOL_CALL_LIST,
     CallSyntax,
 )
-from llamacpp_integrations.tools.gbnf import _Rules
+from llamacpp_integrations.tools.grammar import GrammarRules
 from llamacpp_integrations.tools.tool_grammar import (
     MAX_PARALLEL_CALLS,
     marker_free_text_rule,
@@ -32,8 +32,8 @@ from llamacpp_integrations.tools.tool_grammar import (
 )
 from llamacpp_integrations.tools.tool_parser import parse_tool_output
 from llamacpp_integrations.tools.tool_spec import ToolSpec
-from tests.unit.test_json_grammar import Grammar, llama_parses, validate
-from tests.unit.test_json_grammar import vocab as vocab  # the fixture
+from tests.integration.test_json_grammar import Grammar, llama_parses, validate
+from tests.integration.test_json_grammar import vocab as vocab  # the fixture
 
 WEATHER = ToolSpec(
     "get_weather",
@@ -358,7 +358,7 @@ def test_allow_text_samples_parse() -> None:
 
 
 def marker_free_grammar(marker: str) -> str:
-    rules = _Rules()
+    rules = GrammarRules()
     return rules.render(marker_free_text_rule(rules, marker))
 
 
@@ -393,4 +393,4 @@ def test_marker_free_text_on_random_strings(vocab: int, marker: str) -> None:
 
 def test_marker_free_text_rejects_non_ascii_markers() -> None:
     with pytest.raises(ValueError, match="ASCII"):
-        marker_free_text_rule(_Rules(), "«x»")
+        marker_free_text_rule(GrammarRules(), "«x»")

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from llamacpp_integrations.engine.runner import LoadedModel
 from llamacpp_integrations.errors import SchemaNotSupportedError
-from llamacpp_integrations.tools.json_grammar import (
+from llamacpp_integrations.tools.grammar import (
     any_json_gbnf,
     json_object_gbnf,
     schema_to_gbnf,

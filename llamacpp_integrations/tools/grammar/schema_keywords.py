@@ -1,8 +1,8 @@
-"""What the schema converter knows about JSON Schema keywords and JSON values.
+"""What the converter knows about JSON Schema itself: keywords, JSON values, places in a schema.
 
 The keyword tables say which keywords bear on which JSON type, which are never honoured, and
-which can invalidate an instance at all; the helpers classify, compare and print JSON values.
-Shared by ``json_grammar`` (the converter) and kept apart so the converter reads as rules only.
+which can invalidate an instance at all; the value helpers classify, compare and print JSON
+values; :func:`pointer` and :func:`not_supported` name the place in a schema an error is about.
 """
 
 from __future__ import annotations
@@ -12,13 +12,32 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from .gbnf import _fail, _pointer
+from ...errors import SchemaNotSupportedError
 
-_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
+__all__ = [
+    "ARRAY_KEYWORDS",
+    "NUMBER_KEYWORDS",
+    "OBJECT_KEYWORDS",
+    "STRING_KEYWORDS",
+    "TRIVIAL_PATTERNS",
+    "TYPES",
+    "UNSUPPORTED_KEYWORDS",
+    "VALIDATION_KEYWORDS",
+    "canonical",
+    "dump_json",
+    "has_type",
+    "json_kind",
+    "non_negative_int",
+    "not_supported",
+    "pointer",
+]
+
+# The values ``type`` may name.
+TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 # Keywords that constrain one JSON type only (a validator skips them for other types), grouped
 # by the type they bear on; used to infer the type of a schema that names none.
-_OBJECT_KEYWORDS = frozenset(
+OBJECT_KEYWORDS = frozenset(
     {
         "properties",
         "required",
@@ -33,7 +52,7 @@ _OBJECT_KEYWORDS = frozenset(
         "unevaluatedProperties",
     }
 )
-_ARRAY_KEYWORDS = frozenset(
+ARRAY_KEYWORDS = frozenset(
     {
         "items",
         "prefixItems",
@@ -47,12 +66,12 @@ _ARRAY_KEYWORDS = frozenset(
         "unevaluatedItems",
     }
 )
-_STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
-_NUMBER_KEYWORDS = frozenset(
+STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
+NUMBER_KEYWORDS = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 )
-# Keywords this converter never honours, wherever they are.
-_UNSUPPORTED = frozenset(
+# Keywords the converter never honours, wherever they are.
+UNSUPPORTED_KEYWORDS = frozenset(
     {
         "not",
         "if",
@@ -73,20 +92,36 @@ _UNSUPPORTED = frozenset(
     }
 )
 # Every keyword that can make an instance invalid (anything else is an annotation).
-_VALIDATION = (
-    _OBJECT_KEYWORDS
-    | _ARRAY_KEYWORDS
-    | _STRING_KEYWORDS
-    | _NUMBER_KEYWORDS
-    | _UNSUPPORTED
+VALIDATION_KEYWORDS = (
+    OBJECT_KEYWORDS
+    | ARRAY_KEYWORDS
+    | STRING_KEYWORDS
+    | NUMBER_KEYWORDS
+    | UNSUPPORTED_KEYWORDS
     | {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"}
 )
-_TRIVIAL_PATTERNS = frozenset({"", ".*", "^.*"})
+# Values of ``pattern`` that match every string, so honouring them needs nothing.
+TRIVIAL_PATTERNS = frozenset({"", ".*", "^.*"})
+
+
+# -- places in a schema --------------------------------------------------------------------------
+
+
+def pointer(path: str, *segments: str | int) -> str:
+    """The JSON pointer ``path`` extended by ``segments`` (escaped as RFC 6901 wants)."""
+    escaped = (str(s).replace("~", "~0").replace("/", "~1") for s in segments)
+    return "/".join([path, *escaped])
+
+
+def not_supported(message: str, path: str) -> SchemaNotSupportedError:
+    """The error to raise for the part of a schema at ``path``."""
+    return SchemaNotSupportedError(message, path=path)
+
 
 # -- JSON values ---------------------------------------------------------------------------------
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """JSON type of a value; integers and numbers are one kind ("number")."""
     if value is None:
         return "null"
@@ -103,40 +138,43 @@ def _json_kind(value: Any) -> str:
     return "unknown"
 
 
-def _has_type(value: Any, type_name: str) -> bool:
-    kind = _json_kind(value)
+def has_type(value: Any, type_name: str) -> bool:
+    """Whether ``value`` is an instance of the JSON Schema type ``type_name``."""
+    kind = json_kind(value)
     if type_name == "integer":
         return kind == "number" and (isinstance(value, int) or float(value).is_integer())
     return kind == type_name
 
 
-def _canonical(value: Any) -> Any:
+def canonical(value: Any) -> Any:
     """A hashable key equal for JSON-equal values (1 == 1.0, but true != 1)."""
-    kind = _json_kind(value)
+    kind = json_kind(value)
     if kind == "number":
         return ("number", Decimal(repr(value)) if isinstance(value, float) else Decimal(value))
     if kind == "object":
-        return ("object", frozenset((k, _canonical(v)) for k, v in value.items()))
+        return ("object", frozenset((k, canonical(v)) for k, v in value.items()))
     if kind == "array":
-        return ("array", tuple(_canonical(v) for v in value))
+        return ("array", tuple(canonical(v) for v in value))
     return (kind, value)
 
 
-def _dump(value: Any, path: str) -> str:
-    if _json_kind(value) == "unknown":
-        raise _fail(f"{type(value).__name__} is not a JSON value", path)
+def dump_json(value: Any, path: str) -> str:
+    """``value`` as compact JSON text; raises the schema error at ``path`` if it is no JSON."""
+    if json_kind(value) == "unknown":
+        raise not_supported(f"{type(value).__name__} is not a JSON value", path)
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:
-        raise _fail(f"not a JSON value ({error})", path) from error
+        raise not_supported(f"not a JSON value ({error})", path) from error
 
 
-def _non_negative_int(schema: Mapping[str, Any], key: str, path: str) -> int | None:
+def non_negative_int(schema: Mapping[str, Any], key: str, path: str) -> int | None:
+    """The count keyword ``key`` of ``schema`` (``None`` if absent), checked."""
     if key not in schema:
         return None
     value = schema[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(f"'{key}' must be a non-negative integer", _pointer(path, key))
+        raise not_supported(f"'{key}' must be a non-negative integer", pointer(path, key))
     return value

@@ -1,4 +1,10 @@
-"""Decimal and integer ranges as GBNF, built digit by digit, so numeric bounds hold exactly."""
+"""Numeric keywords as GBNF: integer and decimal ranges built digit by digit, bounds exact.
+
+:func:`number_rule` reads ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum``
+(numeric draft 2020 form and boolean draft 4 form), ``multipleOf`` (1 only) and the OpenAPI
+integer formats, and writes the rule for the numbers within the bounds (a subset of them: no
+exponent, at most ``MAX_SIGNIFICANT_DIGITS`` significant digits).
+"""
 
 from __future__ import annotations
 
@@ -8,21 +14,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .gbnf import (
-    MAX_INT_DIGITS,
-    MAX_SIGNIFICANT_DIGITS,
-    _alt,
-    _count,
-    _digit_class,
-    _fail,
-    _group,
-    _literal,
-    _pointer,
-    _Rules,
-    _seq,
-)
+from .fixed_rules import DEFAULT_FRACTION_DIGITS, MAX_INT_DIGITS, MAX_SIGNIFICANT_DIGITS
+from .gbnf import GrammarRules, alt, digit_class, group, literal, repeat_suffix, seq
+from .schema_keywords import not_supported, pointer
 
-# -- numbers -------------------------------------------------------------------------------------
+__all__ = ["number_rule"]
+
+# OpenAPI integer formats, honoured as bounds on integers (JSON Schema ignores them there).
+_INTEGER_FORMAT_BITS = {"int32": 31, "int64": 63}
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class _DecimalRange:
     is strictly inside. Lengths strictly between the bounds' lengths are free entirely.
     """
 
-    def __init__(self, rules: _Rules, *, integer: bool, fraction_digits: int) -> None:
+    def __init__(self, rules: GrammarRules, *, integer: bool, fraction_digits: int) -> None:
         self._rules = rules
         self._integer = integer
         self._fraction_digits = fraction_digits
@@ -74,11 +73,11 @@ class _DecimalRange:
             stop = None if low is None else _Bound(-low.value, low.exclusive)
             negative = self._non_negative(start, stop)
             if negative is not None:
-                options.append(_seq('"-"', _group(negative)))
-        return _alt(options) if options else None
+                options.append(seq('"-"', group(negative)))
+        return alt(options) if options else None
 
     def _fraction(self, k: int) -> str:
-        return self._rules.add(f"frac-{k}", f'"." [0-9]{_count(1, k)}') if k else ""
+        return self._rules.add(f"frac-{k}", f'"." [0-9]{repeat_suffix(1, k)}') if k else ""
 
     def _non_negative(self, low: _Bound, high: _Bound | None) -> str | None:
         if high is not None and (
@@ -120,13 +119,13 @@ class _DecimalRange:
             frac = self._fraction(k)
             frac_opt = f"{frac}?" if frac else ""
             if first == 1:
-                options.append(_seq("[0-9]", frac_opt))
+                options.append(seq("[0-9]", frac_opt))
                 first = 2
             if first <= last:
                 options.append(
-                    _seq("[1-9]", self._rules.repeat("[0-9]", first - 1, last - 1), frac_opt)
+                    seq("[1-9]", self._rules.repeat("[0-9]", first - 1, last - 1), frac_opt)
                 )
-        return _alt(options) if options else None
+        return alt(options) if options else None
 
     def _one_length(
         self, length: int, low: tuple[str, bool] | None, high: tuple[str, bool] | None
@@ -153,21 +152,21 @@ class _DecimalRange:
             optional_fraction = f"{frac}?" if frac else ""
             if pos == length:
                 return optional_fraction
-            return _seq(self._rules.repeat("[0-9]", length - pos, length - pos), optional_fraction)
+            return seq(self._rules.repeat("[0-9]", length - pos, length - pos), optional_fraction)
 
         def zeros(pos: int) -> str:
             """The suffix of value zero (no trailing fraction zeros)."""
-            return _literal("0" * (length - pos)) if pos < length else ""
+            return literal("0" * (length - pos)) if pos < length else ""
 
         def nonzero(pos: int) -> str | None:
             """A suffix with some non-zero digit."""
             if pos >= end:
                 return None
-            options = [_seq(dot(pos), "[1-9]", tail(pos + 1))]
+            options = [seq(dot(pos), "[1-9]", tail(pos + 1))]
             rest = nonzero(pos + 1)
             if rest is not None:
-                options.append(_seq(dot(pos), '"0"', rest))
-            return _alt(options)
+                options.append(seq(dot(pos), '"0"', rest))
+            return alt(options)
 
         memo: dict[tuple[int, bool, bool], str | None] = {}
 
@@ -209,18 +208,18 @@ class _DecimalRange:
                         runs.append((d, d, cont))
                 for a, b, cont in runs:
                     if cont is not None:
-                        options.append(_seq(dot(pos), _digit_class(a, b), cont))
-            return _alt(options) if options else None
+                        options.append(seq(dot(pos), digit_class(a, b), cont))
+            return alt(options) if options else None
 
         return within(0, low is not None, high is not None)
 
 
 def _decimal(value: Any, path: str) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail("a numeric bound must be a number", path)
+        raise not_supported("a numeric bound must be a number", path)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _fail("a numeric bound must be finite", path)
+            raise not_supported("a numeric bound must be finite", path)
         return Decimal(repr(value)) if value else Decimal(0)  # no -0.0
     return Decimal(value)
 
@@ -234,11 +233,57 @@ def _number_bounds(schema: Mapping[str, Any], path: str) -> tuple[_Bound | None,
     ):
         strict = schema.get(strict_key)
         if key in schema:
-            out.append(_Bound(_decimal(schema[key], _pointer(path, key)), strict is True))
+            out.append(_Bound(_decimal(schema[key], pointer(path, key)), strict is True))
         elif isinstance(strict, bool) and strict:
-            raise _fail(f"boolean '{strict_key}' without '{key}'", _pointer(path, strict_key))
+            raise not_supported(
+                f"boolean '{strict_key}' without '{key}'", pointer(path, strict_key)
+            )
         if strict is not None and not isinstance(strict, bool):
-            out.append(_Bound(_decimal(strict, _pointer(path, strict_key)), True))
+            out.append(_Bound(_decimal(strict, pointer(path, strict_key)), True))
     low = max(lows, key=lambda b: (b.value, b.exclusive), default=None)
     high = min(highs, key=lambda b: (b.value, not b.exclusive), default=None)
     return low, high
+
+
+def number_rule(rules: GrammarRules, schema: Mapping[str, Any], path: str, *, integer: bool) -> str:
+    """The rule for the integers (or numbers) ``schema`` at ``path`` accepts, added to ``rules``.
+
+    Raises:
+        SchemaNotSupportedError: a bound is not a finite number, ``multipleOf`` is not 1, or
+            no number within the bounds can be written.
+    """
+    if "multipleOf" in schema:
+        step = schema["multipleOf"]
+        if isinstance(step, bool) or not isinstance(step, int | float) or step != 1:
+            raise not_supported(
+                "'multipleOf' other than 1 is not supported", pointer(path, "multipleOf")
+            )
+        integer = True
+    low, high = _number_bounds(schema, path)
+    fmt = schema.get("format")
+    if integer and isinstance(fmt, str) and fmt in _INTEGER_FORMAT_BITS:
+        bits = _INTEGER_FORMAT_BITS[fmt]
+        low = max(
+            [b for b in (low, _Bound(Decimal(-(2**bits)), False)) if b is not None],
+            key=lambda b: (b.value, b.exclusive),
+        )
+        high = min(
+            [b for b in (high, _Bound(Decimal(2**bits - 1), False)) if b is not None],
+            key=lambda b: (b.value, not b.exclusive),
+        )
+    needed = max(
+        (len(_digits(abs(b.value))[1]) + 1 for b in (low, high) if b is not None), default=0
+    )
+    builder = _DecimalRange(
+        rules, integer=integer, fraction_digits=max(DEFAULT_FRACTION_DIGITS, needed)
+    )
+    expr = builder.expression(low, high)
+    if expr is None:
+        raise not_supported(
+            f"no {'integer' if integer else 'number'} within the bounds can be generated",
+            path,
+        )
+    name = "integer" if integer else "number"
+    parts = [f"{'ge' if not b.exclusive else 'gt'}-{b.value}" for b in (low,) if b]
+    parts += [f"{'le' if not b.exclusive else 'lt'}-{b.value}" for b in (high,) if b]
+    return rules.add("-".join([name, *parts]), expr)
