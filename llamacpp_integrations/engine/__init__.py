@@ -1,26 +1,39 @@
-"""The shared local engine: one worker thread, continuous batching over llama.cpp sequences."""
+"""The engine: continuous batching over llama.cpp sequences, behind ``InferenceEngine``.
+
+Importing this package loads no native code: the types, the configuration, the interface and
+the registry are pure Python. ``Engine`` (the in-process llama.cpp engine) is imported on first
+access, and the registry opens one only when asked for an engine.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .channel import RequestHandle
-from .config import EngineConfig
-from .engine import Engine, EngineStats, ModelInfo
+from .config import EngineConfig, WeightsKey
+from .interface import InferenceEngine
 from .registry import engine_for, live_engines, shared_engine
 from .types import (
     ChatMessage,
     ChatRequest,
     Completion,
     CompletionRequest,
+    EngineStats,
     FinishReason,
     GenerationRequest,
     ImageInput,
+    ModelInfo,
     SamplingParams,
+    SlotStats,
     StreamChunk,
     Timings,
     TokenLogprob,
     TopLogprob,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = [
     "ChatMessage",
@@ -33,15 +46,26 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "ImageInput",
+    "InferenceEngine",
     "ModelInfo",
     "RequestHandle",
     "SamplingParams",
+    "SlotStats",
     "StreamChunk",
     "Timings",
     "TokenLogprob",
     "TopLogprob",
     "Usage",
+    "WeightsKey",
     "engine_for",
     "live_engines",
     "shared_engine",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Engine":  # the native engine, imported only when someone asks for it
+        from .engine import Engine
+
+        return Engine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,12 @@
-"""Engine configuration: everything that decides which engine (and weights) serves a call.
+"""Engine configuration: which weights to load, and how to serve them.
 
-``EngineConfig`` is frozen and hashable: the registry uses it as the key that makes a chat model
-and an embedder over the same GGUF share one engine and one copy of the weights.
+``EngineConfig`` is frozen and hashable. Two groups of its fields play different roles:
+
+* the *weights* (``WeightsKey``: model file, GPU offload, mmap, repacking) identify what is
+  loaded into memory. Every engine of a process over the same weights shares one loaded copy;
+* everything else says how requests are *served* (sequences, context per sequence, batch size,
+  threads, queue, embedding context, projector, chat template). The registry shares one engine
+  per whole configuration, so adapters asking for the same settings batch together.
 """
 
 from __future__ import annotations
@@ -15,12 +20,28 @@ from ..models import resolve_model_path
 
 Pooling = Literal["mean", "cls", "last", "model"]
 
-__all__ = ["EngineConfig", "Pooling"]
+__all__ = ["WEIGHTS_FIELDS", "EngineConfig", "Pooling", "WeightsKey"]
+
+WEIGHTS_FIELDS = ("model", "n_gpu_layers", "use_mmap", "weight_repacking")
+"""The ``EngineConfig`` fields that identify loaded weights; the others only shape serving."""
+
+
+@dataclass(frozen=True)
+class WeightsKey:
+    """What identifies a loaded copy of a model's weights (``model`` is a resolved path)."""
+
+    model: str
+    n_gpu_layers: int
+    use_mmap: bool
+    weight_repacking: bool | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
     """How to load a model and how to serve it.
+
+    Engines whose configurations differ only in serving settings share one copy of the
+    weights and one worker thread; each keeps its own contexts (see ``engine/host.py``).
 
     Attributes:
         model: A local ``.gguf`` path, a known short name (``smollm2-135m``, ``gemma3-270m``),
@@ -28,7 +49,7 @@ class EngineConfig:
             ``LLAMACPP_MODEL`` environment variable.
         mmproj: The model's multimodal projector (a ``mmproj`` GGUF, as a path or
             ``hf://owner/repo/file.gguf``), which lets requests carry images; ``None`` for a
-            text-only engine.
+            text-only engine. Loaded once beside the weights, whichever engines use it.
         n_seq_max: How many sequences are decoded together; more requests wait in the queue.
         n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``0`` takes the model's
             training context, capped at 4096.
@@ -91,6 +112,12 @@ class EngineConfig:
         if self.flash_attention is None and self.n_gpu_layers == 0:
             return False
         return self.flash_attention
+
+    @property
+    def weights(self) -> WeightsKey:
+        """The weights this configuration loads (call on a ``resolved()`` configuration)."""
+        assert self.model is not None, "resolve the configuration first"
+        return WeightsKey(self.model, self.n_gpu_layers, self.use_mmap, self.weight_repacking)
 
     @property
     def threads(self) -> int:

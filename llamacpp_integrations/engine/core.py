@@ -1,20 +1,21 @@
-"""The worker: the one thread that touches llama.cpp state.
+"""One engine's serving state on the worker thread: its contexts, scheduler and requests.
 
-Its loop reads as: take new work from the inbox, admit it to free slots, let the scheduler plan a
-step, decode it in one ``llama_decode``, sample every sequence that produced logits, and turn tokens
-into events through each request's output processor. A step may also read one image of a prompt
-into its sequence, after the text decode. Every way a request ends (stop, length,
-cancel, timeout, error, engine closing) goes through ``_finish``, which frees its sequence.
+The worker (``host.py``) calls ``take_inbox`` and ``step`` in turn. ``take_inbox`` admits new
+work to free slots; ``step`` lets the scheduler plan a step, decodes it in one ``llama_decode``,
+samples every sequence that produced logits, and turns tokens into events through each request's
+output processor. A step may also read one image of a prompt into its sequence, after the text
+decode, and embed one batch of texts. Every way a request ends (stop, length, cancel, timeout,
+error, engine closing) goes through ``_finish``, which frees its sequence.
+
+Contexts are made on first use: an engine that only embeds never allocates a generation KV cache,
+and one that only chats never allocates an embedding context.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from ..errors import (
     EngineClosedError,
@@ -25,17 +26,18 @@ from ..errors import (
 )
 from .config import EngineConfig
 from .embedder import EmbeddingContext
+from .embedding_queue import EmbeddingQueue
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .output import OutputProcessor
-from .requests import EmbedJob, PreparedRequest
+from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
 from .sampler import SamplerChain
 from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
-from .types import FinishReason, StreamChunk, Timings, TokenLogprob, Usage
+from .types import EngineStats, FinishReason, SlotStats, StreamChunk, Timings, TokenLogprob, Usage
 from .vision import VisionProjector
 
-__all__ = ["EngineCore"]
+__all__ = ["EngineCore", "StatsBoard"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
@@ -55,14 +57,11 @@ class ActiveRequest:
     unsent_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
-@dataclass
-class EmbedProgress:
-    job: EmbedJob
-    vectors: list[list[float]] = field(default_factory=list)
+class StatsBoard:
+    """Where the worker publishes an engine's latest ``EngineStats`` for callers to read."""
 
-    @property
-    def remaining(self) -> int:
-        return len(self.job.token_lists) - len(self.vectors)
+    def __init__(self) -> None:
+        self.latest = EngineStats(running=0, waiting=0, steps=0, slots=())
 
 
 class EngineCore:
@@ -82,41 +81,49 @@ class EngineCore:
         self.vision = vision
         self.config = config
         self.inbox = inbox
-        self.context = GenerationContext(
-            model,
-            n_ctx_per_seq=n_ctx_per_seq,
-            n_seq_max=config.n_seq_max,
-            n_batch=config.n_batch,
-            n_threads=config.threads,
-            flash_attention=config.use_flash_attention,
-            kv_unified=config.kv_unified,
-        )
+        self.board = StatsBoard()
+        self._n_ctx_per_seq = n_ctx_per_seq
+        self._context: GenerationContext | None = None
         self.scheduler = Scheduler(config.n_seq_max, config.n_batch)
         self.active: dict[str, ActiveRequest] = {}
-        self.embeds: deque[EmbedProgress] = deque()
+        self.embeds = EmbeddingQueue()
         self._embedding_pooling = embedding_pooling
         self._embedder: EmbeddingContext | None = None
         self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
 
-    # ---- the loop -------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """Whether a step has anything to do."""
+        return not self.closing and bool(self.scheduler.running or self.embeds)
 
-    def run(self) -> None:
-        try:
-            while not self.closing:
-                self._take_inbox()
-                if self.scheduler.running:
-                    self._step()
-                if self.embeds:
-                    self._embed_step()
-        finally:
-            self._shutdown()
+    @property
+    def n_free(self) -> int:
+        return self.scheduler.n_free
 
-    def _take_inbox(self) -> None:
-        idle = not self.scheduler.running and not self.embeds
-        batch = self.inbox.take(self.scheduler.n_free, block=idle, now=time.monotonic())
-        now = time.monotonic()
+    @property
+    def context(self) -> GenerationContext:
+        """The generation context, made when the first request is admitted."""
+        if self._context is None:
+            self._context = GenerationContext(
+                self.model,
+                n_ctx_per_seq=self._n_ctx_per_seq,
+                n_seq_max=self.config.n_seq_max,
+                n_batch=self.config.n_batch,
+                n_threads=self.config.threads,
+                flash_attention=self.config.use_flash_attention,
+                kv_unified=self.config.kv_unified,
+            )
+        return self._context
+
+    # ---- the worker's calls ---------------------------------------------------------------
+
+    def take_inbox(self, now: float) -> None:
+        """Admit what waits in the inbox, as far as slots are free; apply cancellations."""
+        if self.closing:
+            return
+        batch = self.inbox.take(self.scheduler.n_free, now=now)
         if batch.closed:
             self.closing = True
             return
@@ -126,12 +133,62 @@ class EngineCore:
             self._cancel(request_id)
         for request in batch.requests:
             self._admit(request, now)
-        self.embeds.extend(EmbedProgress(job) for job in batch.embeds)
+        self.embeds.add(batch.embeds)
         self._expire(now)
+        if batch.requests or batch.cancels or batch.calls:
+            self.publish()
+
+    def step(self) -> None:
+        """One generation step and one embedding batch, each if there is work for it."""
+        if self.closing:
+            return
+        if self.scheduler.running:
+            self._step()
+            self.publish()
+        if self.embeds:
+            self._embed_step()
+
+    def publish(self) -> None:
+        """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
+        slots = []
+        for slot in self.scheduler.slots:
+            cells = 0
+            if self._context is not None:
+                lo, hi = self._context.pos_range(slot.seq_id)
+                cells = 0 if hi < 0 else hi - lo + 1
+            slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), cells))
+        self.board.latest = EngineStats(
+            running=len(self.active), waiting=0, steps=self.steps, slots=tuple(slots)
+        )
+
+    def drop_idle_caches(self) -> None:
+        """Free the cells of every slot no request holds."""
+        if self._context is None:
+            return
+        for slot in self.scheduler.slots:
+            if not slot.busy and slot.cached:
+                self._context.remove(slot.seq_id, 0)
+                slot.cached.clear()
+        self.publish()
 
     # ---- admission ------------------------------------------------------------------------
 
     def _admit(self, request: PreparedRequest, now: float) -> None:
+        try:
+            self.context  # noqa: B018 -- made on first use; may fail for lack of memory
+        except LlamaCppIntegrationError as error:
+            request.channel.put(
+                EngineError(
+                    f"could not create the generation context ({self.config.n_seq_max} "
+                    f"sequences of {self._n_ctx_per_seq} tokens): {error}; lower n_seq_max or "
+                    "n_ctx_per_seq",
+                    request_id=request.request_id,
+                )
+            )
+            request.sampler.close()
+            if request.media is not None:
+                request.media.close()
+            return
         spans = (
             {}
             if request.media is None
@@ -141,7 +198,6 @@ class EngineCore:
         if not self._cut_cache(seq):
             self.context.remove(seq.slot.seq_id, 0)
             self.scheduler.forget(seq)
-        assert request.sampler is not None
         self.active[request.request_id] = ActiveRequest(
             prepared=request,
             seq=seq,
@@ -181,7 +237,7 @@ class EngineCore:
         try:
             status = self.context.decode(entries)
             if status == DecodeStatus.NO_KV_SLOT:
-                self._drop_idle_caches()
+                self.drop_idle_caches()
                 status = self.context.decode(entries)
             if status == DecodeStatus.NO_KV_SLOT:
                 raise EngineError("the KV cache has no room for this step")
@@ -215,7 +271,7 @@ class EngineCore:
             # Out of cells: drop what idle slots cache (and any part of the image that got
             # in), then try once more.
             self.context.remove(seq_id, step.start)
-            self._drop_idle_caches()
+            self.drop_idle_caches()
             code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
         if code != 0:
             why = "no room in the KV cache" if code == DecodeStatus.NO_KV_SLOT else f"code {code}"
@@ -284,24 +340,23 @@ class EngineCore:
     ) -> None:
         request = active.prepared
         now = time.monotonic()
+        event: StreamChunk | LlamaCppIntegrationError
         if error is None:
             text += active.output.flush()
-            request.channel.put(
-                StreamChunk(
-                    request_id=request.request_id,
-                    text=text,
-                    token_ids=tuple(active.unsent_ids),
-                    finish_reason=reason,
-                    usage=self._usage(active),
-                    timings=self._timings(active, now),
-                    logprobs=tuple(active.unsent_logprobs),
-                )
+            event = StreamChunk(
+                request_id=request.request_id,
+                text=text,
+                token_ids=tuple(active.unsent_ids),
+                finish_reason=reason,
+                usage=self._usage(active),
+                timings=self._timings(active, now),
+                logprobs=tuple(active.unsent_logprobs),
             )
         else:
             error.request_id = request.request_id
             if hasattr(error, "partial_text"):
                 error.partial_text = active.output.text + text
-            request.channel.put(error)
+            event = error
         keep = reason in ("stop", "length")
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
@@ -310,6 +365,9 @@ class EngineCore:
         if request.media is not None:
             request.media.close()
         del self.active[request.request_id]
+        # The stats show the request gone before its caller hears it ended.
+        self.publish()
+        request.channel.put(event)
 
     @staticmethod
     def _usage(active: ActiveRequest) -> Usage:
@@ -340,22 +398,14 @@ class EngineCore:
         if active is not None:
             self._finish(active, "cancelled")
             return
-        for progress in list(self.embeds):
-            if progress.job.request_id == request_id:
-                self.embeds.remove(progress)
-                progress.job.channel.put(RequestCancelledError("cancelled", request_id=request_id))
+        self.embeds.cancel(request_id, RequestCancelledError("cancelled"))
 
     def _expire(self, now: float) -> None:
         for active in list(self.active.values()):
             deadline = active.prepared.deadline
             if deadline is not None and deadline <= now:
                 self._finish(active, "error", error=RequestTimeoutError("the request timed out"))
-        for progress in list(self.embeds):
-            if progress.job.deadline is not None and progress.job.deadline <= now:
-                self.embeds.remove(progress)
-                progress.job.channel.put(
-                    RequestTimeoutError("the request timed out", request_id=progress.job.request_id)
-                )
+        self.embeds.expire(now)
 
     def _fail_plan(self, plan: StepPlan, error: EngineError) -> None:
         log.error("decode failed: %s", error)
@@ -364,48 +414,12 @@ class EngineCore:
             if active is not None:
                 self._finish(active, "error", error=EngineError(str(error)))
 
-    def _drop_idle_caches(self) -> None:
-        for slot in self.scheduler.slots:
-            if not slot.busy and slot.cached:
-                self.context.remove(slot.seq_id, 0)
-                slot.cached.clear()
-
     # ---- embeddings -----------------------------------------------------------------------
 
     def _embed_step(self) -> None:
         """Embed one batch: texts from the oldest jobs, as many as fit one decode."""
         embedder = self._embedder or self._make_embedder()
-        picked: list[tuple[EmbedProgress, int]] = []
-        budget = embedder.n_ctx
-        for progress in self.embeds:
-            start = len(progress.vectors)
-            for index in range(start, len(progress.job.token_lists)):
-                n = len(progress.job.token_lists[index])
-                if len(picked) == embedder.n_seq_max or n > budget:
-                    break
-                picked.append((progress, index))
-                budget -= n
-            else:
-                continue
-            break
-        by_job: dict[int, tuple[EmbedProgress, list[int]]] = {}
-        for progress, index in picked:
-            by_job.setdefault(id(progress), (progress, []))[1].append(index)
-        try:
-            vectors = iter(embedder.embed([p.job.token_lists[i] for p, i in picked]))
-        except EngineError as error:
-            for progress, _ in by_job.values():
-                self.embeds.remove(progress)
-                progress.job.channel.put(
-                    EngineError(str(error), request_id=progress.job.request_id)
-                )
-            return
-        for progress, indexes in by_job.values():
-            for _ in indexes:
-                progress.vectors.append(_as_floats(next(vectors), progress.job.normalize))
-            if progress.remaining == 0:
-                self.embeds.remove(progress)
-                progress.job.channel.put(progress.vectors)
+        self.embeds.step(embedder.embed, max_tokens=embedder.n_ctx, max_texts=embedder.n_seq_max)
 
     def _make_embedder(self) -> EmbeddingContext:
         self._embedder = EmbeddingContext(
@@ -419,26 +433,16 @@ class EngineCore:
 
     # ---- shutdown -------------------------------------------------------------------------
 
-    def _shutdown(self) -> None:
+    def shutdown(self) -> None:
+        """Fail everything still running or waiting with ``EngineClosedError``; free the
+        contexts (the weights and projector belong to the host)."""
+        self.closing = True
         for active in list(self.active.values()):
             self._finish(active, "error", error=EngineClosedError("the engine was closed"))
-        for progress in self.embeds:
-            progress.job.channel.put(
-                EngineClosedError("the engine was closed", request_id=progress.job.request_id)
-            )
-        self.embeds.clear()
+        self.embeds.fail_all(lambda: EngineClosedError("the engine was closed"))
         for work in self.inbox.close():
             work.channel.put(EngineClosedError("the engine was closed", request_id=work.request_id))
         if self._embedder is not None:
             self._embedder.close()
-        self.context.close()
-
-
-def _as_floats(vector: np.ndarray, normalize: bool) -> list[float]:
-    """Plain Python floats (numpy scalars trip up LangChain's checks), unit length if asked."""
-    vector = vector.astype(np.float64)
-    if normalize:
-        norm = float(np.linalg.norm(vector))
-        if norm > 0:
-            vector = vector / norm
-    return [float(x) for x in vector.tolist()]
+        if self._context is not None:
+            self._context.close()

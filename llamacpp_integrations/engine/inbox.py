@@ -1,12 +1,15 @@
 """The bounded admission queue between callers and the worker, plus its control messages.
 
-Callers add requests (waiting up to their own timeout when it is full) and cancellations; the worker
-takes as many requests as it has free sequences, so waiting requests stay here, bounded, rather than
-piling up inside the worker. A request cancelled while still waiting is answered right here.
+Callers add requests (waiting up to their own timeout when it is full: threads on a condition,
+asyncio tasks on a future) and cancellations; the worker takes as many requests as it has free
+sequences, so waiting requests stay here, bounded, rather than piling up inside the worker. A
+request cancelled while still waiting is answered right here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -40,49 +43,75 @@ class InboxBatch:
 
 
 class Inbox:
-    def __init__(self, max_queued: int) -> None:
+    """One engine's queue. ``cond`` may be shared by several inboxes, so that the one worker
+    serving them all can sleep until any of them has something for it."""
+
+    def __init__(self, max_queued: int, cond: threading.Condition | None = None) -> None:
         self._max_queued = max_queued
-        self._cond = threading.Condition()
+        self._cond = cond or threading.Condition()
         self._waiting: deque[Work] = deque()
         self._cancels: set[str] = set()
         self._calls: list[Callable[[Any], None]] = []
+        self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._closed = False
+
+    # ---- callers ---------------------------------------------------------------------------
 
     def put(self, work: Work, *, wait: float | None) -> None:
         """Queue work; if full, wait up to ``wait`` seconds (``None``: forever) for room."""
         deadline = None if wait is None else time.monotonic() + wait
         with self._cond:
-            while len(self._waiting) >= self._max_queued and not self._closed:
+            while not self._try_append(work):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise EngineOverloadedError(
-                        f"{len(self._waiting)} requests are already waiting (max_queued="
-                        f"{self._max_queued})",
-                        request_id=work.request_id,
-                    )
+                    raise self._overloaded(work)
                 self._cond.wait(remaining)
-            if self._closed:
-                raise EngineClosedError("the engine is closed", request_id=work.request_id)
-            self._waiting.append(work)
-            self._cond.notify_all()
 
-    def try_put(self, work: Work) -> bool:
-        """Queue work if there is room, without waiting."""
-        with self._cond:
-            if self._closed:
-                raise EngineClosedError("the engine is closed", request_id=work.request_id)
-            if len(self._waiting) >= self._max_queued:
-                return False
-            self._waiting.append(work)
-            self._cond.notify_all()
-            return True
+    async def aput(self, work: Work, *, wait: float | None) -> None:
+        """``put`` for asyncio: waits for room on a future the worker resolves, so the event
+        loop keeps running and no thread is held while the queue is full."""
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            room: asyncio.Future[None] = loop.create_future()
+            with self._cond:
+                if self._try_append(work):
+                    return
+                self._room_waiters.append((loop, room))
+            remaining = None if deadline is None else deadline - time.monotonic()
+            try:
+                if remaining is not None and remaining <= 0:
+                    raise self._overloaded(work)
+                await asyncio.wait_for(room, remaining)
+            except TimeoutError:
+                raise self._overloaded(work) from None
+            finally:
+                with self._cond:
+                    if (loop, room) in self._room_waiters:
+                        self._room_waiters.remove((loop, room))
+
+    def _try_append(self, work: Work) -> bool:
+        """Queue ``work`` if there is room (``_cond`` held); raise if the inbox is closed."""
+        if self._closed:
+            raise EngineClosedError("the engine is closed", request_id=work.request_id)
+        if len(self._waiting) >= self._max_queued:
+            return False
+        self._waiting.append(work)
+        self._cond.notify_all()
+        return True
+
+    def _overloaded(self, work: Work) -> EngineOverloadedError:
+        return EngineOverloadedError(
+            f"{len(self._waiting)} requests are already waiting (max_queued={self._max_queued})",
+            request_id=work.request_id,
+        )
 
     def cancel(self, request_id: str) -> None:
         with self._cond:
             for work in self._waiting:
                 if work.request_id == request_id:
                     self._waiting.remove(work)
-                    self._cond.notify_all()
+                    self._made_room()
                     _answer_cancelled(work)
                     return
             self._cancels.add(request_id)
@@ -96,17 +125,25 @@ class Inbox:
             self._calls.append(fn)
             self._cond.notify_all()
 
-    def take(self, free_slots: int, *, block: bool, now: float) -> InboxBatch:
+    # ---- the worker ------------------------------------------------------------------------
+
+    def ready(self, free_slots: int) -> bool:
+        """Whether ``take`` would find something to act on (call with the condition held)."""
+        if self._cancels or self._calls or self._closed:
+            return True
+        return any(isinstance(w, EmbedJob) or free_slots > 0 for w in self._waiting)
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a waiting request (call with the condition held)."""
+        deadlines = [w.deadline for w in self._waiting if w.deadline is not None]
+        return min(deadlines) if deadlines else None
+
+    def take(self, free_slots: int, *, now: float) -> InboxBatch:
         """Take cancellations, calls, up to ``free_slots`` requests and any embedding jobs.
 
-        Requests still waiting past their deadline are answered with a timeout here. With
-        ``block`` the worker sleeps until something it can act on arrives.
+        Requests still waiting past their deadline are answered with a timeout here.
         """
         with self._cond:
-            while block and not self._has_work(free_slots) and not self._closed:
-                self._cond.wait(_next_deadline_in(self._waiting, now))
-                now = time.monotonic()
-                self._expire(now)
             if self._closed:
                 return InboxBatch(closed=True)
             self._expire(now)
@@ -120,15 +157,11 @@ class Inbox:
                     batch.requests.append(work)
                 else:
                     kept.append(work)
-            if len(kept) != len(self._waiting):
-                self._cond.notify_all()  # room for callers waiting in put()
+            changed = len(kept) != len(self._waiting)
             self._waiting = kept
+            if changed:
+                self._made_room()
             return batch
-
-    def _has_work(self, free_slots: int) -> bool:
-        if self._cancels or self._calls:
-            return True
-        return any(isinstance(w, EmbedJob) or free_slots > 0 for w in self._waiting)
 
     def _expire(self, now: float) -> None:
         expired = [w for w in self._waiting if w.deadline is not None and w.deadline <= now]
@@ -141,7 +174,15 @@ class Inbox:
                 )
             )
         if expired:
-            self._cond.notify_all()
+            self._made_room()
+
+    def _made_room(self) -> None:
+        """Wake callers waiting in ``put`` and ``aput`` (``_cond`` held)."""
+        self._cond.notify_all()
+        for loop, room in self._room_waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, room)
+        self._room_waiters.clear()
 
     def close(self) -> list[Work]:
         """Refuse new work; returns what was still waiting so it can be answered."""
@@ -149,7 +190,7 @@ class Inbox:
             self._closed = True
             left = list(self._waiting)
             self._waiting.clear()
-            self._cond.notify_all()
+            self._made_room()
             return left
 
     @property
@@ -160,6 +201,11 @@ class Inbox:
     def n_waiting(self) -> int:
         with self._cond:
             return len(self._waiting)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _answer_cancelled(work: Work) -> None:
@@ -174,8 +220,3 @@ def _answer_cancelled(work: Work) -> None:
         )
     else:
         work.channel.put(RequestCancelledError("cancelled", request_id=work.request_id))
-
-
-def _next_deadline_in(waiting: deque[Work], now: float) -> float | None:
-    deadlines = [w.deadline for w in waiting if w.deadline is not None]
-    return max(0.0, min(deadlines) - now) if deadlines else None

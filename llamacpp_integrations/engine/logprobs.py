@@ -8,20 +8,29 @@ logits when the most likely tokens are wanted; the text of each token is looked 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from .runner import LoadedModel
 from .types import TokenLogprob, TopLogprob
 
-__all__ = ["LogprobComputer"]
+__all__ = ["LogprobComputer", "Vocabulary"]
+
+
+class Vocabulary(Protocol):
+    """What the computer needs of a model: its size and each token's bytes."""
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes: ...
 
 
 class LogprobComputer:
     """Turns a logits row into a ``TokenLogprob``; owned by the worker thread (not thread-safe)."""
 
-    def __init__(self, model: LoadedModel) -> None:
+    def __init__(self, model: Vocabulary) -> None:
         self._model = model
         self._scratch = np.empty(model.n_vocab, dtype=np.float64)
         # Token text by (id, special): the vocabulary is fixed, and a lookup is a ctypes call.

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InvalidRequestError, UnsupportedContentError
 from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput
 
-__all__ = ["as_image_input", "flatten_parts", "has_images"]
+__all__ = ["flatten_parts", "has_images", "require_image"]
 
 
 def _is_image_part(part: object) -> bool:
@@ -46,16 +46,13 @@ def has_images(request: GenerationRequest) -> bool:
     return False
 
 
-def as_image_input(value: object, where: str) -> ImageInput:
-    """An ``ImageInput``, or anything with ``width``, ``height`` and ``rgb`` (``LoadedImage``)."""
+def require_image(value: object, where: str) -> ImageInput:
+    """``value`` if it holds decoded pixels, else ``InvalidRequestError`` naming ``where``."""
     if isinstance(value, ImageInput):
         return value
-    width, height, rgb = (getattr(value, name, None) for name in ("width", "height", "rgb"))
-    if isinstance(width, int) and isinstance(height, int) and isinstance(rgb, bytes):
-        return ImageInput(width, height, rgb)
     raise InvalidRequestError(
-        f"{where} must hold decoded pixels (an ImageInput or a LoadedImage from "
-        f"multimodal.load_image), not {type(value).__name__}"
+        f"{where} must hold decoded pixels (an ImageInput, such as multimodal.load_image "
+        f"returns), not {type(value).__name__}"
     )
 
 
@@ -91,7 +88,7 @@ def flatten_parts(
         for part in content:
             if part["type"] == "image":
                 assert marker is not None, "images are only flattened with a projector's marker"
-                images.append(as_image_input(part.get("image"), f"messages[{index}] image part"))
+                images.append(require_image(part.get("image"), f"messages[{index}] image part"))
                 pieces.append(marker)
                 continue
             text = part.get("text")

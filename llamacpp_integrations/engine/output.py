@@ -16,8 +16,6 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
-from ..errors import InvalidRequestError
-
 __all__ = ["OutputProcessor"]
 
 
@@ -30,11 +28,7 @@ class OutputProcessor:
     """
 
     def __init__(self, stop: Sequence[str] = ()) -> None:
-        if isinstance(stop, str):
-            # A bare string would otherwise be taken as one stop string per character.
-            raise InvalidRequestError("stop must be a sequence of strings, not one string")
-        if any(not isinstance(s, str) or not s for s in stop):
-            raise InvalidRequestError("stop strings must be non-empty strings")
+        """``stop`` holds non-empty strings (``GenerationRequest.validate_common`` checks them)."""
         self._stops: tuple[str, ...] = tuple(dict.fromkeys(stop))  # dedupe, keep order
         # Every proper prefix of every stop string: the held-back tail is always one of these,
         # and looking suffixes up in a set is cheaper than calling startswith per stop string.

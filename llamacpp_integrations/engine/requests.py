@@ -1,4 +1,4 @@
-"""What crosses from the caller's thread to the worker: validated, tokenized work items."""
+"""What crosses from the caller's side to the worker: validated, tokenized work items."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .channel import EventChannel
-from .types import SamplingParams
 
 if TYPE_CHECKING:
     from .sampler import SamplerChain
@@ -26,17 +25,15 @@ class PreparedRequest:
     request_id: str
     prompt_tokens: tuple[int, ...]
     media: MediaPrompt | None = field(default=None, repr=False)
-    sampling: SamplingParams
     max_new_tokens: int
     stop: tuple[str, ...]
-    grammar: str | None
     ignore_eos: bool
     special: bool
     logprobs: int | None = None
     submitted_at: float
     deadline: float | None
     channel: EventChannel = field(repr=False)
-    sampler: SamplerChain | None = field(default=None, repr=False)
+    sampler: SamplerChain = field(repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)

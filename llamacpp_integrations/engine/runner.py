@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -19,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError, ModelLoadError
+from .batch import BatchEntry
 from .llama_log import ROUTER
 
-__all__ = ["BatchEntry", "DecodeStatus", "GenerationContext", "LoadedModel"]
+__all__ = ["DecodeStatus", "GenerationContext", "LoadedModel"]
 
 _BACKEND_LOCK = threading.Lock()
 _BACKEND_READY: list[bool] = []
@@ -137,21 +137,6 @@ class LoadedModel:
             self._model = None
 
 
-@dataclass
-class BatchEntry:
-    """Tokens of one sequence for one decode, starting at position ``start_pos``.
-
-    With ``logits_last`` the last token's logits are kept; ``logits_index`` is then its row.
-    """
-
-    seq_id: int
-    tokens: Sequence[int]
-    start_pos: int
-    logits_last: bool
-    logits_all: bool = False
-    logits_index: int = -1
-
-
 class DecodeStatus:
     OK = 0
     NO_KV_SLOT = 1
@@ -221,8 +206,7 @@ class GenerationContext:
                 batch.pos[n] = entry.start_pos + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = entry.seq_id
-                wants = entry.logits_all or (entry.logits_last and offset == last)
-                batch.logits[n] = wants
+                batch.logits[n] = entry.logits_last and offset == last
                 n += 1
             entry.logits_index = n - 1 if entry.logits_last else -1
         if n == 0:
@@ -234,11 +218,6 @@ class GenerationContext:
         if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
             return code
         raise EngineError(f"llama_decode failed with code {code}")
-
-    def logits(self, index: int) -> npt.NDArray[np.float32]:
-        """A copy of the logits row ``index`` of the last decode."""
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
 
     def logits_view(self, index: int) -> npt.NDArray[np.float32]:
         """The logits row ``index`` of the last decode, without copying (valid until the next)."""

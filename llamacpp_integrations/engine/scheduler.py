@@ -16,7 +16,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .runner import BatchEntry
+from .batch import BatchEntry
 
 __all__ = ["ImageStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
 

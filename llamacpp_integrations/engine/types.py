@@ -20,10 +20,13 @@ __all__ = [
     "ChatRequest",
     "Completion",
     "CompletionRequest",
+    "EngineStats",
     "FinishReason",
     "GenerationRequest",
     "ImageInput",
+    "ModelInfo",
     "SamplingParams",
+    "SlotStats",
     "StreamChunk",
     "Timings",
     "TokenLogprob",
@@ -42,7 +45,20 @@ def new_request_id() -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
-    """How the next token is picked. ``temperature <= 0`` means greedy (and ignores the rest)."""
+    """How the next token is picked. ``temperature <= 0`` means greedy (and ignores the rest).
+
+    Attributes:
+        temperature: Sampling temperature; ``0`` picks the most likely token every time.
+        top_k: Keep the ``top_k`` most likely tokens (``0`` disables it).
+        top_p: Keep the most likely tokens whose probabilities add up to ``top_p``.
+        min_p: Drop tokens less likely than ``min_p`` times the most likely one.
+        repeat_penalty: Divide the logits of recently generated tokens by this (``1``: off).
+        presence_penalty: Subtract this from the logits of tokens generated recently.
+        frequency_penalty: Subtract this times their count from recent tokens' logits.
+        penalty_last_n: How many recent tokens the penalties look at (``-1``: the context).
+        logit_bias: Added to the logits of these token ids (``-inf`` bans a token).
+        seed: Seed of the sampler's random numbers (``None``: a random seed).
+    """
 
     temperature: float = 0.8
     top_k: int = 40
@@ -358,3 +374,56 @@ class Completion:
     usage: Usage
     timings: Timings
     logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a served model is, from its GGUF header and from llama.cpp.
+
+    ``n_ctx_per_seq`` is the context one request runs in (prompt plus answer); ``image_max_side``
+    is the side images are downscaled to before they reach the projector.
+    """
+
+    path: str
+    name: str | None
+    architecture: str
+    description: str
+    n_ctx_train: int
+    n_ctx_per_seq: int
+    n_embd: int
+    n_vocab: int
+    n_params: int
+    size_bytes: int
+    chat_template: str | None
+    mmproj: str | None = None
+    image_max_side: int | None = None
+
+    @property
+    def supports_images(self) -> bool:
+        """Whether requests may carry images (a projector is loaded)."""
+        return self.mmproj is not None
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.chat_template is not None
+
+
+@dataclass(frozen=True)
+class SlotStats:
+    """One sequence slot: whether a request holds it, and what its KV cells cache."""
+
+    seq_id: int
+    busy: bool
+    cached_tokens: int
+    kv_cells: int
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot the worker publishes between steps: requests running and waiting, decode
+    steps so far, and every slot's cache."""
+
+    running: int
+    waiting: int
+    steps: int
+    slots: tuple[SlotStats, ...]

@@ -86,6 +86,7 @@ def test_over_long_texts_follow_the_policy(smollm_path: Path) -> None:
 def test_registry_shares_one_engine_and_one_copy_of_the_weights(smollm_path: Path) -> None:
     config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512)
     chat_side = shared_engine(config)
+    chat_side.generate(chat("Hi", max_tokens=1))  # contexts are made on first use
     before = rss_bytes()
     embed_side = shared_engine(EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512))
     assert embed_side is chat_side

@@ -93,11 +93,7 @@ def ask(
 
 def forget_cache(engine: Engine) -> None:
     """Empty every idle slot, so the next request reads its whole prompt."""
-
-    def drop(core: object) -> None:
-        core._drop_idle_caches()  # type: ignore[attr-defined]
-
-    engine.run_on_worker(drop)
+    engine.clear_cache()
 
 
 def test_engine_reports_the_projector(vision: Engine, projector: Path) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 
 from llamacpp_integrations.engine import Engine
-from llamacpp_integrations.engine.runner import BatchEntry, GenerationContext, LoadedModel
+from llamacpp_integrations.engine.runner import GenerationContext, LoadedModel
 
 from .helpers import QUESTIONS, chat
 
@@ -30,8 +31,27 @@ def model(smollm_path: Path) -> Iterator[LoadedModel]:
     loaded.close()
 
 
+def _decode_every_row(context: GenerationContext, sequences: list[tuple[int, list[int]]]) -> int:
+    """One ``llama_decode`` of whole sequences from position 0, keeping every token's logits
+    (teacher forcing; the engine itself keeps only the last row of each sequence)."""
+    n_total = sum(len(tokens) for _, tokens in sequences)
+    batch = llama_cpp.llama_batch_init(n_total, 0, 1)
+    try:
+        n = 0
+        for seq_id, tokens in sequences:
+            for pos, token in enumerate(tokens):
+                batch.token[n], batch.pos[n], batch.n_seq_id[n] = token, pos, 1
+                batch.seq_id[n][0] = seq_id
+                batch.logits[n] = True
+                n += 1
+        batch.n_tokens = n
+        return int(llama_cpp.llama_decode(context.handle, batch))
+    finally:
+        llama_cpp.llama_batch_free(batch)
+
+
 def _top1(context: GenerationContext, rows: range) -> list[int]:
-    return [int(np.argmax(context.logits(row))) for row in rows]
+    return [int(np.argmax(context.logits_view(row))) for row in rows]
 
 
 def _sequences(engine: Engine) -> list[tuple[list[int], list[int]]]:
@@ -57,11 +77,8 @@ def test_batched_sequences_agree_with_solo_ones(engine: Engine, model: LoadedMod
     batched_ctx = GenerationContext(model, n_seq_max=N_SEQ, n_batch=n_total, **layout)
     solo_ctx = GenerationContext(model, n_seq_max=1, n_batch=512, **layout)
     try:
-        entries = [
-            BatchEntry(seq_id, [*p, *c], 0, logits_last=False, logits_all=True)
-            for seq_id, (p, c) in enumerate(sequences)
-        ]
-        assert batched_ctx.decode(entries) == 0
+        entries = [(seq_id, [*p, *c]) for seq_id, (p, c) in enumerate(sequences)]
+        assert _decode_every_row(batched_ctx, entries) == 0
         batched: list[list[int]] = []
         offset = 0
         for p, c in sequences:
@@ -72,7 +89,7 @@ def test_batched_sequences_agree_with_solo_ones(engine: Engine, model: LoadedMod
         solo: list[list[int]] = []
         for p, c in sequences:
             solo_ctx.remove(0, 0)
-            assert solo_ctx.decode([BatchEntry(0, [*p, *c], 0, False, logits_all=True)]) == 0
+            assert _decode_every_row(solo_ctx, [(0, [*p, *c])]) == 0
             solo.append(_top1(solo_ctx, range(len(p) - 1, len(p) - 1 + len(c))))
     finally:
         batched_ctx.close()

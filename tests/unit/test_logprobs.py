@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import numpy as np
 import pytest
 
 from llamacpp_integrations.engine import CompletionRequest
 from llamacpp_integrations.engine.logprobs import LogprobComputer
-from llamacpp_integrations.engine.runner import LoadedModel
 from llamacpp_integrations.errors import InvalidRequestError
 
 
@@ -32,7 +30,7 @@ class FakeModel:
 
 def computer(n_vocab: int) -> tuple[LogprobComputer, FakeModel]:
     model = FakeModel(n_vocab)
-    return LogprobComputer(cast(LoadedModel, model)), model
+    return LogprobComputer(model), model
 
 
 def reference(logits: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, ImageInput
-from llamacpp_integrations.engine.media import as_image_input, flatten_parts, has_images
+from llamacpp_integrations.engine.media import flatten_parts, has_images
 from llamacpp_integrations.errors import InvalidRequestError, UnsupportedContentError
 
 PIXELS = ImageInput(2, 1, bytes(6))
@@ -47,7 +47,7 @@ def test_marker_in_user_text_and_mixed_parts_are_refused() -> None:
         flatten_parts([{"role": "user", "content": [{"type": "image", "image": "a.png"}]}], MARK)
 
 
-def test_has_images_and_duck_typed_inputs() -> None:
+def test_has_images_and_image_inputs() -> None:
     chat = ChatRequest(
         messages=[ChatMessage(role="user", content=[{"type": "image", "image": PIXELS}])]
     )
@@ -55,10 +55,6 @@ def test_has_images_and_duck_typed_inputs() -> None:
     assert not has_images(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
     assert has_images(CompletionRequest(prompt="x", images=[PIXELS]))
 
-    class Loaded:
-        width, height, rgb = 2, 1, bytes(6)
-
-    assert as_image_input(Loaded(), "image") == PIXELS
     with pytest.raises(InvalidRequestError, match="bytes of pixels"):
         ImageInput(2, 2, bytes(6))
     with pytest.raises(InvalidRequestError, match="empty"):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llamacpp_integrations.engine.output import OutputProcessor
+from llamacpp_integrations.engine.types import CompletionRequest
 from llamacpp_integrations.errors import InvalidRequestError
 
 
@@ -205,8 +206,10 @@ def test_complete_stop_applies_at_flush_while_waiting() -> None:
 
 @pytest.mark.parametrize("stop", [[""], "abc", [1]])
 def test_bad_stop_sequences_are_rejected(stop: object) -> None:
+    # Checked once, on the request, before the worker's output processor sees them.
+    request = CompletionRequest(prompt="x", stop=stop)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError):
-        OutputProcessor(stop)  # type: ignore[arg-type]
+        request.validate_common(n_vocab=100)
 
 
 # --- property ----------------------------------------------------------------------------------

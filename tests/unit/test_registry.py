@@ -35,7 +35,7 @@ class _SlowEngine:
 
 @pytest.fixture
 def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    monkeypatch.setattr(registry, "Engine", _SlowEngine)
+    monkeypatch.setattr(registry, "open_local_engine", _SlowEngine)
     _SlowEngine.loads, _SlowEngine.gates = [], {}
     paths = {}
     for name in ("slow.gguf", "fast.gguf", "broken.gguf"):

@@ -1,0 +1,109 @@
+"""Embedding jobs waiting on the worker, cut into batches that fit one embedding decode.
+
+Jobs are served oldest first; a batch takes texts from as many jobs as fit the context's token
+budget and sequence count, so a big job does not starve small ones for more than one decode,
+and a job's vectors are delivered together once its last text is embedded. Pure bookkeeping: the
+decode itself is the ``embed`` function the caller passes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
+from .requests import EmbedJob
+
+__all__ = ["EmbeddingQueue"]
+
+EmbedFn = Callable[[list[Sequence[int]]], list[npt.NDArray[np.float32]]]
+
+
+@dataclass
+class _Progress:
+    job: EmbedJob
+    vectors: list[list[float]] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.job.token_lists) - len(self.vectors)
+
+
+class EmbeddingQueue:
+    """The embedding jobs of one engine, owned by the worker thread."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[_Progress] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+    def add(self, jobs: Iterable[EmbedJob]) -> None:
+        self._jobs.extend(_Progress(job) for job in jobs)
+
+    def step(self, embed: EmbedFn, *, max_tokens: int, max_texts: int) -> None:
+        """Embed one batch of texts from the oldest jobs; deliver the jobs it completes."""
+        picked: list[tuple[_Progress, int]] = []
+        budget = max_tokens
+        for progress in self._jobs:
+            for index in range(len(progress.vectors), len(progress.job.token_lists)):
+                n = len(progress.job.token_lists[index])
+                if len(picked) == max_texts or n > budget:
+                    break
+                picked.append((progress, index))
+                budget -= n
+            else:
+                continue
+            break
+        by_job: dict[int, tuple[_Progress, int]] = {}
+        for progress, _ in picked:
+            _, count = by_job.get(id(progress), (progress, 0))
+            by_job[id(progress)] = (progress, count + 1)
+        try:
+            vectors = iter(embed([p.job.token_lists[i] for p, i in picked]))
+        except EngineError as error:
+            for progress, _ in by_job.values():
+                self._end(progress, EngineError(str(error)))
+            return
+        for progress, count in by_job.values():
+            for _ in range(count):
+                progress.vectors.append(as_floats(next(vectors), progress.job.normalize))
+            if progress.remaining == 0:
+                self._jobs.remove(progress)
+                progress.job.channel.put(progress.vectors)
+
+    def cancel(self, request_id: str, error: LlamaCppIntegrationError) -> bool:
+        """End the job ``request_id`` with ``error``; False if it is not here."""
+        for progress in self._jobs:
+            if progress.job.request_id == request_id:
+                self._end(progress, error)
+                return True
+        return False
+
+    def expire(self, now: float) -> None:
+        for progress in list(self._jobs):
+            if progress.job.deadline is not None and progress.job.deadline <= now:
+                self._end(progress, RequestTimeoutError("the request timed out"))
+
+    def fail_all(self, make_error: Callable[[], LlamaCppIntegrationError]) -> None:
+        for progress in list(self._jobs):
+            self._end(progress, make_error())
+
+    def _end(self, progress: _Progress, error: LlamaCppIntegrationError) -> None:
+        self._jobs.remove(progress)
+        error.request_id = progress.job.request_id
+        progress.job.channel.put(error)
+
+
+def as_floats(vector: npt.NDArray[np.float32], normalize: bool) -> list[float]:
+    """Plain Python floats (numpy scalars trip up LangChain's checks), unit length if asked."""
+    wide = vector.astype(np.float64)
+    if normalize:
+        norm = float(np.linalg.norm(wide))
+        if norm > 0:
+            wide = wide / norm
+    return [float(x) for x in wide.tolist()]

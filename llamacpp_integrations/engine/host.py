@@ -1,0 +1,283 @@
+"""One loaded model per process, and the worker thread that serves every engine on it.
+
+A ``ModelHost`` owns a copy of a model's weights (``WeightsKey``), the projectors loaded beside
+them, and one worker thread. Each ``Engine`` over those weights attaches an ``EngineCore`` of its
+own (its contexts, scheduler and queue), whatever its serving settings. So a chat model with a
+projector, an embedder, and an LLM asking for a longer context, all over one GGUF, map the file
+once, and their steps take turns on one thread.
+
+One thread rather than one per engine: llama.cpp's compute threads spin while they wait, and
+two teams of them on the same cores slow each other down many times over. Taking turns costs
+nothing when only one engine is busy, and keeps the machine's cores to one decode at a time when
+several are.
+
+The loop: run control messages (attach, detach), let every core take its inbox, step every core
+that has work, and sleep on the condition all inboxes share when none has.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from ..errors import EngineClosedError
+from .config import EngineConfig, WeightsKey
+from .core import EngineCore, StatsBoard
+from .inbox import Inbox
+from .runner import LoadedModel
+from .vision import VisionProjector
+
+__all__ = ["Attachment", "ModelHost", "open_host"]
+
+log = logging.getLogger("llamacpp_integrations.engine")
+
+T = TypeVar("T")
+
+_LOCK = threading.Lock()  # guards _HOSTS and every host's lease count
+_HOSTS: dict[WeightsKey, ModelHost] = {}
+_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An engine's place on a host: its core's id, stats board and projector."""
+
+    core_id: int
+    board: StatsBoard
+    vision: VisionProjector | None
+
+
+def open_host(key: WeightsKey) -> ModelHost:
+    """The host of these weights, loading them unless a live host has them already.
+
+    Callers waiting for the same weights share one load; a failed load is retried by the next
+    caller. Each call takes a lease that ``ModelHost.release`` gives back.
+    """
+    with _LOCK:
+        host = _HOSTS.get(key)
+        if host is None:
+            host = _HOSTS[key] = ModelHost(key)
+        host.leases += 1
+    try:
+        host.wait_loaded()
+    except BaseException:
+        host.release()
+        raise
+    return host
+
+
+def loaded_weights() -> list[WeightsKey]:
+    """The weights loaded in this process (diagnostics and tests)."""
+    with _LOCK:
+        return list(_HOSTS)
+
+
+class ModelHost:
+    """A model's weights and projectors, and the worker thread serving its engines."""
+
+    def __init__(self, key: WeightsKey) -> None:
+        self.key = key
+        self.leases = 0
+        self.cond = threading.Condition()  # shared by the inboxes of every attached engine
+        self._controls: deque[Callable[[], None]] = deque()
+        self._stopping = False
+        self._cores: dict[int, EngineCore] = {}  # worker-owned from here down
+        self._projectors: dict[str, tuple[VisionProjector, int]] = {}  # by file, with users
+        self._core_ids = itertools.count()
+        self._loaded: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
+        self.thread = threading.Thread(
+            target=self._main, name=f"llamacpp-engine:{Path(key.model).name}", daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def model(self) -> LoadedModel:
+        return self._loaded.result()
+
+    def wait_loaded(self) -> None:
+        self._loaded.result()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    # ---- callers ---------------------------------------------------------------------------
+
+    def attach(
+        self, config: EngineConfig, inbox: Inbox, *, n_ctx_per_seq: int, embedding_pooling: int
+    ) -> Attachment:
+        """Build a core for ``config`` on the worker (loading its projector if new)."""
+
+        def build() -> Attachment:
+            vision = None if config.mmproj is None else self._take_projector(config)
+            try:
+                core = EngineCore(
+                    self.model,
+                    config,
+                    inbox,
+                    n_ctx_per_seq=n_ctx_per_seq,
+                    embedding_pooling=embedding_pooling,
+                    vision=vision,
+                )
+            except BaseException:
+                if vision is not None:
+                    self._drop_projector(vision)
+                raise
+            core_id = next(self._core_ids)
+            self._cores[core_id] = core
+            return Attachment(core_id, core.board, vision)
+
+        return self._on_worker(build)
+
+    def detach(self, attachment: Attachment) -> None:
+        """Fail the core's remaining requests, free its contexts and drop it."""
+
+        def drop() -> None:
+            core = self._cores.pop(attachment.core_id, None)
+            if core is not None:
+                core.shutdown()
+                if core.vision is not None:
+                    self._drop_projector(core.vision)
+
+        if threading.current_thread() is self.thread:
+            self._post(drop)  # from a finalizer on the worker: it runs at the next turn
+        elif self.alive():
+            self._on_worker(drop, closing=True)
+
+    def release(self) -> None:
+        """Give back a lease; the last one stops the worker and frees the weights."""
+        with _LOCK:
+            self.leases -= 1
+            if self.leases > 0:
+                return
+            if _HOSTS.get(self.key) is self:
+                del _HOSTS[self.key]
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+    def _post(self, control: Callable[[], None]) -> None:
+        with self.cond:
+            self._controls.append(control)
+            self.cond.notify_all()
+
+    def _on_worker(self, fn: Callable[[], T], *, closing: bool = False) -> T:
+        """Run ``fn`` on the worker between steps and return its result."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as error:
+                future.set_exception(error)
+
+        self._post(call)
+        while True:
+            try:
+                return future.result(_POLL_S)
+            except concurrent.futures.TimeoutError:
+                if not self.alive():
+                    if closing:
+                        return None  # type: ignore[return-value]  # nothing left to close
+                    raise EngineClosedError("the engine's worker stopped") from None
+
+    # ---- projectors (worker thread) --------------------------------------------------------
+
+    def _take_projector(self, config: EngineConfig) -> VisionProjector:
+        assert config.mmproj is not None
+        key = config.mmproj
+        held = self._projectors.get(key)
+        if held is None:
+            projector = VisionProjector(
+                Path(config.mmproj),
+                self.model,
+                n_threads=config.threads,
+                use_gpu=self.key.n_gpu_layers != 0,
+            )
+            held = (projector, 0)
+        self._projectors[key] = (held[0], held[1] + 1)
+        return held[0]
+
+    def _drop_projector(self, projector: VisionProjector) -> None:
+        for key, (held, count) in list(self._projectors.items()):
+            if held is projector:
+                if count > 1:
+                    self._projectors[key] = (held, count - 1)
+                else:
+                    del self._projectors[key]
+                    held.close()
+
+    # ---- the worker ------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            model = LoadedModel(
+                Path(self.key.model),
+                n_gpu_layers=self.key.n_gpu_layers,
+                use_mmap=self.key.use_mmap,
+                weight_repacking=self.key.weight_repacking,
+            )
+        except BaseException as error:
+            with _LOCK:
+                if _HOSTS.get(self.key) is self:
+                    del _HOSTS[self.key]  # the next caller loads afresh
+            self._loaded.set_exception(error)
+            return
+        self._loaded.set_result(model)
+        try:
+            self._serve()
+        except BaseException:
+            log.exception("the engine worker failed; its engines are closed")
+            raise
+        finally:
+            with _LOCK:
+                if _HOSTS.get(self.key) is self:
+                    del _HOSTS[self.key]
+            for core in self._cores.values():
+                core.shutdown()
+            self._cores.clear()
+            for projector, _ in self._projectors.values():
+                projector.close()
+            self._projectors.clear()
+            model.close()
+
+    def _serve(self) -> None:
+        while True:
+            for control in self._wait_for_work():
+                control()
+            if self._stopping and not self._cores:
+                return
+            now = time.monotonic()
+            cores = list(self._cores.values())
+            for core in cores:
+                core.take_inbox(now)
+            for core in cores:
+                core.step()
+
+    def _wait_for_work(self) -> list[Callable[[], None]]:
+        """Control messages to run, once something needs the worker (sleeping until then)."""
+        with self.cond:
+            while True:
+                if self._controls:
+                    controls = list(self._controls)
+                    self._controls.clear()
+                    return controls
+                if self._stopping and not self._cores:
+                    return []
+                cores = self._cores.values()
+                if any(core.busy or core.inbox.ready(core.n_free) for core in cores):
+                    return []
+                deadlines = [d for c in cores if (d := c.inbox.next_deadline()) is not None]
+                timeout = None if not deadlines else min(deadlines) - time.monotonic()
+                if timeout is not None and timeout <= 0:
+                    return []  # let the inboxes expire what waited too long
+                self.cond.wait(timeout)

@@ -1,0 +1,115 @@
+"""The engine interface: what adapters and tools may ask of an engine, local or remote.
+
+``InferenceEngine`` is a structural type: the local ``Engine`` (llama.cpp in this process)
+implements it, and so can any other backend (a llama-server fleet, a fake in unit tests). Code
+above the engine (``tools/``, ``client/``, the framework adapters) is written against this
+protocol and gets engines from the registry's ``shared_engine``, never by naming a concrete
+class, so a second backend changes nothing above it.
+
+Every method is safe to call from any thread; the ``a``-methods never block the event loop.
+Failures are this package's typed errors (``llamacpp_integrations.errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator, Sequence
+from typing import Protocol, runtime_checkable
+
+from .types import (
+    ChatRequest,
+    Completion,
+    CompletionRequest,
+    GenerationRequest,
+    ModelInfo,
+    StreamChunk,
+)
+
+__all__ = ["InferenceEngine", "PromptRequest"]
+
+PromptRequest = ChatRequest | CompletionRequest
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """A served model: generation, embeddings, tokens and chat rendering."""
+
+    @property
+    def info(self) -> ModelInfo:
+        """What the model is and how it is served (context per request, projector...)."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` ran or the backend stopped; every call then fails."""
+        ...
+
+    @property
+    def media_marker(self) -> str | None:
+        """Where an image goes in a raw ``CompletionRequest`` prompt (``None``: no images)."""
+        ...
+
+    def close(self) -> None:
+        """Stop serving: running requests end with ``EngineClosedError``, memory is freed."""
+        ...
+
+    # ---- tokens and prompts ----------------------------------------------------------------
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        """Token ids of ``text`` with the model's own tokenizer."""
+        ...
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """The text of ``tokens``."""
+        ...
+
+    def render_chat(self, request: ChatRequest) -> str:
+        """The prompt text a chat request becomes (its chat template applied)."""
+        ...
+
+    def count_prompt_tokens(self, request: PromptRequest) -> int:
+        """How many tokens the prompt counts as in ``Usage.prompt_tokens``."""
+        ...
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        """Run a request to the end; raises the request's typed error if it fails."""
+        ...
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        """Async ``generate``; cancelling the awaiting task cancels the request."""
+        ...
+
+    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        """Chunks as they are produced; leaving the loop early cancels the request."""
+        ...
+
+    def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        """Async ``stream``."""
+        ...
+
+    # ---- embeddings ------------------------------------------------------------------------
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        """One vector (plain floats) per text."""
+        ...
+
+    async def aembed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        """Async ``embed``."""
+        ...

@@ -1,0 +1,273 @@
+"""Input processing: requests become work the worker can run, before they reach its queue.
+
+Here a chat is rendered with its template, a prompt is tokenized (with libmtmd when it holds
+images), the request is checked against the sequence's context, and its sampler is built. It
+runs on the caller's side, off the worker (for asyncio callers, on a thread, so the event loop
+never does this CPU work). Compiled templates of per-request ``chat_template`` s are kept in a
+small LRU cache: a server passing arbitrary templates must not grow memory without bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import (
+    ChatTemplateError,
+    ContextOverflowError,
+    ImageInputNotSupportedError,
+    InvalidRequestError,
+)
+from .channel import EventChannel
+from .chat_template import ChatTemplate, messages_to_dicts, strip_leading_bos
+from .interface import PromptRequest
+from .media import flatten_parts, has_images, require_image
+from .requests import EmbedJob, PreparedRequest
+from .runner import LoadedModel
+from .sampler import SamplerChain
+from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput, new_request_id
+from .vision import MediaPrompt, VisionProjector
+
+__all__ = ["Preprocessor", "PromptLimits"]
+
+TEMPLATE_CACHE_SIZE = 8
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    """The sizes a request is checked against."""
+
+    n_ctx_per_seq: int
+    embedding_n_ctx: int
+
+
+class Preprocessor:
+    """Renders, tokenizes, validates and prepares one engine's requests (thread-safe)."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        vision: VisionProjector | None,
+        template_source: str | None,
+        limits: PromptLimits,
+        *,
+        model_label: str,
+    ) -> None:
+        self._model = model
+        self._vision = vision
+        self._limits = limits
+        self._label = model_label
+        self._bos_text = model.token_text(model.bos_token_id)
+        self._eos_text = model.token_text(model.eos_token_id)
+        self._template = self._compile(template_source) if template_source else None
+        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
+
+    # ---- templates -------------------------------------------------------------------------
+
+    def _compile(self, source: str) -> ChatTemplate:
+        return ChatTemplate(source, bos_token=self._bos_text, eos_token=self._eos_text)
+
+    def _template_for(self, request: ChatRequest) -> ChatTemplate:
+        source = request.chat_template
+        if source is not None:
+            template = self._templates.get(source)
+            if template is None:
+                template = self._compile(source)
+                self._templates[source] = template
+                while len(self._templates) > TEMPLATE_CACHE_SIZE:
+                    self._templates.popitem(last=False)
+            else:
+                self._templates.move_to_end(source)
+            return template
+        if self._template is None:
+            raise ChatTemplateError(
+                f"model {self._label!r} has no chat template: pass chat_template= (engine or "
+                "request) or use a CompletionRequest for raw text",
+                request_id=request.request_id,
+            )
+        return self._template
+
+    def render(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
+        """The prompt text (images as the projector's marker) and the images in order."""
+        template = self._template_for(request)
+        messages = messages_to_dicts(request.messages)
+        if not messages:
+            raise InvalidRequestError(
+                "a chat needs at least one message", request_id=request.request_id
+            )
+        marker = self._require_vision(request).marker if has_images(request) else None
+        messages, images = flatten_parts(messages, marker)
+        text = template.render(
+            messages,
+            add_generation_prompt=request.add_generation_prompt,
+            tools=list(request.tools) if request.tools is not None else None,
+            **dict(request.template_kwargs),
+        )
+        text = strip_leading_bos(text, self._bos_text) if self._model.adds_bos else text
+        return text, images
+
+    def _require_vision(self, request: GenerationRequest) -> VisionProjector:
+        if self._vision is None:
+            raise ImageInputNotSupportedError(
+                f"model {self._label!r} was loaded without an image projector: pass mmproj= "
+                "(the model's mmproj GGUF) to accept images",
+                request_id=request.request_id,
+            )
+        return self._vision
+
+    # ---- tokens ----------------------------------------------------------------------------
+
+    def tokenize_prompt(self, request: PromptRequest) -> tuple[list[int], MediaPrompt | None]:
+        """The prompt in positions (image positions hold negative image keys), and its
+        images' chunks when it has any (the caller closes them)."""
+        if has_images(request):
+            return self._tokenize_media(request)
+        if isinstance(request, ChatRequest):
+            text, _ = self.render(request)
+            return self._model.tokenize(text, add_special=True, parse_special=True), None
+        if isinstance(request.prompt, str):
+            return self._model.tokenize(
+                request.prompt, add_special=request.add_bos, parse_special=True
+            ), None
+        tokens = list(request.prompt)
+        bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < self._model.n_vocab]
+        if bad:
+            raise InvalidRequestError(
+                f"prompt token ids outside the vocabulary: {bad[:5]}", request_id=request.request_id
+            )
+        return tokens, None
+
+    def _tokenize_media(self, request: PromptRequest) -> tuple[list[int], MediaPrompt]:
+        vision = self._require_vision(request)
+        if isinstance(request, ChatRequest):
+            text, images = self.render(request)
+            add_special = True
+        elif isinstance(request.prompt, str):
+            text, add_special = request.prompt, request.add_bos
+            images = [require_image(image, "images[]") for image in request.images]
+        else:
+            raise InvalidRequestError(
+                "images need a text prompt that places them with media_marker, not token ids",
+                request_id=request.request_id,
+            )
+        media = vision.tokenize(
+            text, images, add_special=add_special, request_id=request.request_id
+        )
+        if media.positions and media.positions[-1] < 0:
+            media.close()
+            raise InvalidRequestError(
+                "the prompt ends with an image: text must follow it (the model reads the "
+                "answer's first token off the last text token)",
+                request_id=request.request_id,
+            )
+        return list(media.positions), media
+
+    def count_prompt_tokens(self, request: PromptRequest) -> int:
+        """Text tokens plus image embeddings (which M-RoPE models place on fewer positions)."""
+        tokens, media = self.tokenize_prompt(request)
+        if media is None:
+            return len(tokens)
+        media.close()
+        return media.n_tokens
+
+    # ---- work items ------------------------------------------------------------------------
+
+    def prepare(self, request: GenerationRequest, channel: EventChannel) -> PreparedRequest:
+        """A validated, tokenized request with its sampler, ready for the queue."""
+        if not isinstance(request, ChatRequest | CompletionRequest):
+            raise InvalidRequestError(f"unsupported request type {type(request).__name__}")
+        request.validate_common(self._model.n_vocab)
+        tokens, media = self.tokenize_prompt(request)
+        try:
+            return self._prepared(request, tokens, media, channel)
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
+
+    def _prepared(
+        self,
+        request: ChatRequest | CompletionRequest,
+        tokens: list[int],
+        media: MediaPrompt | None,
+        channel: EventChannel,
+    ) -> PreparedRequest:
+        if not tokens:
+            raise InvalidRequestError("the prompt is empty", request_id=request.request_id)
+        # KV cells, not positions: M-RoPE images take fewer positions than embeddings.
+        n_prompt = len(tokens) if media is None else media.n_tokens
+        n_ctx = self._limits.n_ctx_per_seq
+        if n_prompt >= n_ctx or (request.max_tokens and n_prompt + request.max_tokens > n_ctx):
+            raise ContextOverflowError(
+                f"the prompt has {n_prompt} tokens and {request.max_tokens or 1} more were asked "
+                f"for, but one sequence holds {n_ctx} (raise n_ctx_per_seq or shorten the prompt)",
+                n_prompt_tokens=n_prompt,
+                n_ctx=n_ctx,
+                request_id=request.request_id,
+            )
+        sampler = SamplerChain(
+            self._model,
+            request.sampling,
+            grammar=request.grammar,
+            grammar_triggers=request.grammar_triggers,
+            request_id=request.request_id,
+        )
+        now = time.monotonic()
+        return PreparedRequest(
+            request_id=request.request_id,
+            prompt_tokens=tuple(tokens),
+            media=media,
+            max_new_tokens=request.max_tokens or n_ctx - n_prompt,
+            stop=tuple(request.stop),
+            ignore_eos=request.ignore_eos,
+            special=request.special,
+            logprobs=request.logprobs,
+            submitted_at=now,
+            deadline=None if request.timeout is None else now + request.timeout,
+            channel=channel,
+            sampler=sampler,
+        )
+
+    def embed_job(
+        self,
+        texts: Sequence[str],
+        channel: EventChannel,
+        *,
+        normalize: bool,
+        truncate: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
+        """Texts tokenized for the embedding context, each within its budget."""
+        request_id = new_request_id()
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
+        if not texts:
+            raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
+        limit = self._limits.embedding_n_ctx
+        token_lists: list[list[int]] = []
+        for index, text in enumerate(texts):
+            tokens = self._model.tokenize(text, add_special=True, parse_special=False)
+            if not tokens:
+                tokens = [self._model.bos_token_id]  # an empty text still gets a vector
+            if len(tokens) > limit:
+                if not truncate:
+                    raise ContextOverflowError(
+                        f"text {index} has {len(tokens)} tokens; embeddings take at most {limit} "
+                        "(pass truncate=True or raise embedding_n_ctx)",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=limit,
+                        request_id=request_id,
+                    )
+                tokens = tokens[:limit]
+            token_lists.append(tokens)
+        now = time.monotonic()
+        return EmbedJob(
+            request_id=request_id,
+            token_lists=token_lists,
+            normalize=normalize,
+            submitted_at=now,
+            deadline=None if timeout is None else now + timeout,
+            channel=channel,
+        )
