@@ -8,7 +8,7 @@ export LLAMACPP_INTEGRATIONS_MODELS ?= $(CURDIR)/.cache/models
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration bench bench-images llama-server bench-server clean
+.PHONY: install models demo test lint unit integration bench bench-images bench-loop llama-server bench-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,7 @@ lint: install
 	$(BIN)/ruff check llamacpp_integrations tests benchmarks
 	$(BIN)/mypy
 
+# Unit tests run on their own: in that session llama.cpp cannot be imported (tests/unit/conftest.py).
 unit: install
 	$(BIN)/pytest tests/unit
 
@@ -37,13 +38,17 @@ integration: models
 	$(BIN)/pytest tests/integration
 
 test: models lint
-	$(BIN)/pytest
+	$(BIN)/pytest tests/unit
+	$(BIN)/pytest tests/integration tests/standard
 
 bench: models
 	$(BIN)/python benchmarks/throughput.py
 
 bench-images: models
 	$(BIN)/python benchmarks/images.py
+
+bench-loop: models
+	$(BIN)/python benchmarks/loop_stall.py
 
 # llama.cpp's own server, built from the sources vendored in the installed llama-cpp-python's
 # sdist (the same llama.cpp the engine runs), for the side-by-side benchmark only.

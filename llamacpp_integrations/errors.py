@@ -5,6 +5,7 @@ The tree::
     LlamaCppIntegrationError            base of everything below
     ├── ModelLoadError                  missing / truncated / non-GGUF file, llama.cpp refused it
     ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
+    │   ├── UnknownOptionError (TypeError)  a call got keyword arguments no adapter takes
     │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
     │   ├── ChatTemplateError           no chat template, or the template failed to render
     │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
@@ -44,6 +45,7 @@ __all__ = [
     "RequestTimeoutError",
     "SchemaNotSupportedError",
     "ToolCallParseError",
+    "UnknownOptionError",
     "UnsupportedContentError",
 ]
 
@@ -67,6 +69,11 @@ class ModelLoadError(LlamaCppIntegrationError):
 
 class InvalidRequestError(LlamaCppIntegrationError, ValueError):
     """The request is malformed (bad parameter, empty input, ...); nothing was generated."""
+
+
+class UnknownOptionError(InvalidRequestError, TypeError):
+    """A call got keyword arguments it does not take (a ``TypeError`` too, as Python's own
+    calls raise for an unexpected keyword)."""
 
 
 class ContextOverflowError(InvalidRequestError):

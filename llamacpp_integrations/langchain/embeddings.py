@@ -1,42 +1,18 @@
-"""LangChain embeddings served by the shared in-process llama.cpp engine.
-
-``LlamaCppEmbeddings`` turns LangChain's ``Embeddings`` calls into ``Engine.embed`` and
-``Engine.aembed`` calls. It loads nothing itself: on first use it asks the registry for the engine
-that matches its model and settings, so a chat model and an embedder over the same GGUF file share
-one engine and one copy of the weights.
-"""
+"""``LlamaCppEmbeddings``: LangChain embeddings served by the shared in-process engine."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import Any, Self
-
 from langchain_core.embeddings import Embeddings
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field
 
-from ..engine import Engine, EngineConfig, engine_for
-from ..engine.config import Pooling
-from ..errors import InvalidRequestError
+from ..client import EngineSettings
+from ..client.embedding import EmbeddingSettings, aembed_texts, embed_texts
+from ..engine import InferenceEngine
 
 __all__ = ["LlamaCppEmbeddings"]
 
-_DEFAULTS = EngineConfig()
 
-# The ``EngineConfig`` fields this adapter exposes. Only the ones a user sets are handed to the
-# registry, like the chat model does, so both adapters reach the same engine for the same model.
-_ENGINE_SETTINGS = (
-    "n_ctx_per_seq",
-    "n_seq_max",
-    "n_threads",
-    "n_gpu_layers",
-    "embedding_pooling",
-    "embedding_n_ctx",
-    "embedding_n_seq_max",
-)
-
-
-class LlamaCppEmbeddings(BaseModel, Embeddings):
+class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
     """Text embeddings from a local GGUF model, computed in this process by llama.cpp.
 
     Each text becomes one pooled vector of plain Python floats (unit length unless
@@ -46,8 +22,9 @@ class LlamaCppEmbeddings(BaseModel, Embeddings):
 
     Construction is cheap: the model is loaded on first use, through the engine registry. Two
     instances (or an instance and a ``ChatLlamaCpp``) with the same model and the same explicitly
-    set engine settings serve from the same engine. Pass ``engine=`` to use one you manage
-    yourself; the model and engine settings are then ignored.
+    set engine settings serve from the same engine; with other settings they still share the
+    weights. Pass ``engine=`` to use one you manage yourself; the model and engine settings are
+    then ignored.
 
     Errors are the package's typed exceptions: an empty list raises ``InvalidRequestError``, a text
     longer than ``embedding_n_ctx`` tokens raises ``ContextOverflowError`` (unless
@@ -79,100 +56,23 @@ class LlamaCppEmbeddings(BaseModel, Embeddings):
             "hf://owner/repo/file.gguf, or None for the LLAMACPP_MODEL environment variable."
         ),
     )
-    engine: Engine | None = Field(
+    engine: InferenceEngine | None = Field(
         default=None,
         exclude=True,
         repr=False,
         description="An engine to serve from instead of the registry's shared one.",
     )
-    normalize: bool = Field(default=True, description="Scale every vector to unit length.")
-    truncate: bool = Field(
-        default=False,
-        description=(
-            "Cut texts longer than embedding_n_ctx tokens instead of raising ContextOverflowError."
-        ),
-    )
-    timeout: float | None = Field(
-        default=None, gt=0, description="Seconds one call may take before RequestTimeoutError."
-    )
 
-    n_ctx_per_seq: int = Field(
-        default=_DEFAULTS.n_ctx_per_seq, description="Context of one generation sequence."
-    )
-    n_seq_max: int = Field(
-        default=_DEFAULTS.n_seq_max, description="Generation sequences decoded together."
-    )
-    n_threads: int | None = Field(
-        default=_DEFAULTS.n_threads, description="CPU threads; None uses every core."
-    )
-    n_gpu_layers: int = Field(
-        default=_DEFAULTS.n_gpu_layers, description="Layers offloaded to a GPU build (-1: all)."
-    )
-    embedding_pooling: Pooling = Field(
-        default=_DEFAULTS.embedding_pooling,
-        description="How token vectors become one text vector ('model': the GGUF's own).",
-    )
-    embedding_n_ctx: int = Field(
-        default=_DEFAULTS.embedding_n_ctx,
-        description="Token budget of one embedding decode; also the longest text embedded.",
-    )
-    embedding_n_seq_max: int = Field(
-        default=_DEFAULTS.embedding_n_seq_max, description="Most texts embedded in one decode."
-    )
+    def _supplied_engine(self) -> InferenceEngine | None:
+        return self.engine
 
-    _engine: Engine | None = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _check_engine_settings(self) -> Self:
-        # EngineConfig holds the one copy of the rules; building it resolves and loads nothing.
-        EngineConfig(model=self.model, **self._engine_settings())
-        return self
-
-    def _engine_settings(self) -> dict[str, Any]:
-        """The ``EngineConfig`` settings set explicitly on this instance."""
-        fields_set = self.model_fields_set
-        return {name: getattr(self, name) for name in _ENGINE_SETTINGS if name in fields_set}
-
-    def _loaded_engine(self) -> Engine | None:
-        if self.engine is not None:
-            return self.engine
-        if self._engine is not None and not self._engine.closed:
-            return self._engine
-        return None
-
-    def _get_engine(self) -> Engine:
-        """The engine to serve from, fetched from the registry on first use.
-
-        Concurrent first calls are safe: the registry hands every caller the same engine for the
-        same configuration, so whichever assignment lands last stores the same object. An engine
-        that was closed in the meantime is replaced by a fresh one from the registry.
-        """
-        engine = self._loaded_engine()
-        if engine is None:
-            engine = engine_for(None, self.model, self._engine_settings())
-            self._engine = engine
-        return engine
-
-    async def _aget_engine(self) -> Engine:
-        engine = self._loaded_engine()
-        if engine is None:
-            # Only the one-time model load goes to a thread, so it cannot stall the event loop.
-            engine = await asyncio.to_thread(self._get_engine)
-        return engine
-
-    @staticmethod
-    def _check_texts(texts: Sequence[str]) -> None:
-        if isinstance(texts, Sequence) and not isinstance(texts, str) and not texts:
-            raise InvalidRequestError(
-                "embed_documents got an empty list of texts: pass at least one text"
-            )
+    def _get_engine(self) -> InferenceEngine:
+        """The engine to serve from, loaded on first use (replaced if it was closed)."""
+        return self.binding.get()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """One vector per text, in order, computed in a single engine call."""
-        self._check_texts(texts)
-        return self._get_engine().embed(
-            texts, normalize=self.normalize, truncate=self.truncate, timeout=self.timeout
-        )
+        return embed_texts(self.binding, texts, self)
 
     def embed_query(self, text: str) -> list[float]:
         """The vector of one text (queries and documents are embedded the same way)."""
@@ -180,11 +80,7 @@ class LlamaCppEmbeddings(BaseModel, Embeddings):
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         """Like ``embed_documents``, awaiting the engine without blocking the event loop."""
-        self._check_texts(texts)
-        engine = await self._aget_engine()
-        return await engine.aembed(
-            texts, normalize=self.normalize, truncate=self.truncate, timeout=self.timeout
-        )
+        return await aembed_texts(self.binding, texts, self)
 
     async def aembed_query(self, text: str) -> list[float]:
         """Like ``embed_query``, awaiting the engine without blocking the event loop."""

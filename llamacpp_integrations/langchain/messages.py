@@ -13,6 +13,7 @@ is fetched.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from langchain_core.messages import (
@@ -28,19 +29,24 @@ from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk
 
-from ..engine import ImageInput, Usage
+from ..engine import ImageInput, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..tools import ToolCall, ToolCallDelta
 
 __all__ = [
+    "PROVIDER",
     "ImageReader",
     "has_image_blocks",
+    "logprob_entry",
     "openai_tool_calls",
+    "response_metadata",
     "to_engine_messages",
     "tool_call_chunks",
     "tool_calls_to_langchain",
     "usage_metadata",
 ]
+
+PROVIDER = "llamacpp"
 
 _IMAGE_TYPES = {"image", "image_url", "input_image"}
 _SKIPPED_ANY_TYPES = {"non_standard"}
@@ -222,11 +228,36 @@ def usage_metadata(usage: Usage) -> UsageMetadata:
 
 def openai_tool_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
     """The calls as OpenAI puts them in ``additional_kwargs`` (arguments as JSON text)."""
-    return [
-        {
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments_json},
-        }
-        for call in calls
-    ]
+    return [call.to_openai() for call in calls]
+
+
+def response_metadata(
+    name: str,
+    finish_reason: str | None,
+    timings: Timings | None,
+    logprobs: Sequence[TokenLogprob] | None,
+) -> dict[str, Any]:
+    """``AIMessage.response_metadata``: model, provider, finish reason, timings, logprobs."""
+    metadata: dict[str, Any] = {
+        "model_name": name,
+        "model_provider": PROVIDER,
+        "finish_reason": finish_reason,
+    }
+    if timings is not None:
+        metadata["timings"] = asdict(timings)
+    if logprobs is not None:
+        metadata["logprobs"] = {"content": [logprob_entry(entry) for entry in logprobs]}
+    return metadata
+
+
+def logprob_entry(entry: TokenLogprob) -> dict[str, Any]:
+    """One token's log-probabilities in OpenAI's ``logprobs.content`` shape."""
+    return {
+        "token": entry.token,
+        "logprob": entry.logprob,
+        "bytes": list(entry.bytes),
+        "top_logprobs": [
+            {"token": top.token, "logprob": top.logprob, "bytes": list(top.bytes)}
+            for top in entry.top
+        ],
+    }

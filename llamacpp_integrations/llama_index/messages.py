@@ -1,6 +1,4 @@
-"""Translation between LlamaIndex chat objects and the engine's framework-neutral ones.
-
-LlamaIndex -> engine:
+"""LlamaIndex chat messages and tools, translated into the engine's framework-neutral ones.
 
 * roles: ``system`` / ``developer`` -> ``system``; ``user`` -> ``user``; ``assistant`` /
   ``chatbot`` / ``model`` -> ``assistant``; ``tool`` / ``function`` -> ``tool``;
@@ -17,9 +15,7 @@ LlamaIndex -> engine:
   from ``additional_kwargs["tool_calls"]`` (OpenAI dicts or objects); a tool result is a
   ``tool`` message whose ``additional_kwargs["tool_call_id"]`` names the call it answers.
 
-Engine -> LlamaIndex: an assistant ``ChatMessage`` whose blocks are the reply text and one
-``ToolCallBlock`` per call, with the same calls in ``additional_kwargs["tool_calls"]`` in the
-OpenAI shape (``arguments`` as a JSON string) that llama-index-llms-openai users read.
+The way back (engine answers to LlamaIndex responses) is ``responses.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from io import IOBase
 from pathlib import Path
 from typing import Any
@@ -37,35 +31,25 @@ from typing import Any
 from llama_index.core.base.llms.types import (
     CachePoint,
     ImageBlock,
-    LogProb,
     MessageRole,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
 )
 from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
-from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 
-from ..engine import ChatMessage, Completion, ImageInput, Timings, TokenLogprob, Usage
+from ..engine import ChatMessage, ImageInput
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..multimodal import ImageSource
-from ..tools import ToolCall
 
 __all__ = [
     "ImageReader",
-    "PartialToolCall",
-    "assistant_message",
     "has_image_blocks",
-    "openai_tool_call",
-    "parse_partial_json",
-    "response_raw",
     "to_engine_message",
     "to_engine_messages",
-    "to_logprobs",
-    "tool_selections",
+    "tool_call_mapping",
     "tools_to_openai",
-    "usage_kwargs",
 ]
 
 _ROLES: dict[MessageRole, str] = {
@@ -164,7 +148,8 @@ def _arguments_object(value: Any) -> Any:
     return value
 
 
-def _as_mapping(call: object) -> Mapping[str, Any]:
+def tool_call_mapping(call: object) -> Mapping[str, Any]:
+    """An OpenAI-style tool call given as a dict or an SDK object, as a mapping."""
     if isinstance(call, Mapping):
         return call
     dump = getattr(call, "model_dump", None)  # OpenAI SDK objects and other pydantic models
@@ -182,7 +167,7 @@ def _calls_from_kwargs(calls: object) -> list[dict[str, Any]]:
         raise InvalidRequestError("additional_kwargs['tool_calls'] must be a list of tool calls")
     out: list[dict[str, Any]] = []
     for i, raw in enumerate(calls):
-        call = _as_mapping(raw)
+        call = tool_call_mapping(raw)
         function = call.get("function", call)
         name = function.get("name") if isinstance(function, Mapping) else None
         if not isinstance(name, str) or not name:
@@ -270,290 +255,3 @@ def tools_to_openai(tools: Sequence[BaseTool]) -> list[dict[str, Any]]:
     """LlamaIndex tools as OpenAI ``{"type": "function", ...}`` specs (no description length
     limit: that is an OpenAI API rule, not a local model's)."""
     return [tool.metadata.to_openai_tool(skip_length_check=True) for tool in tools]
-
-
-# -- engine -> LlamaIndex ------------------------------------------------------------------------
-
-
-class PartialToolCall:
-    """A tool call as far as it has streamed: id and name, and the argument text so far."""
-
-    def __init__(self, call_id: str, name: str, arguments: str = "") -> None:
-        self.id = call_id
-        self.name = name
-        self.arguments = arguments
-
-    @classmethod
-    def of(cls, call: ToolCall) -> PartialToolCall:
-        return cls(call.id, call.name, call.arguments_json)
-
-    def kwargs(self) -> dict[str, Any]:
-        """The arguments parsed leniently: what has fully or partly arrived."""
-        try:
-            value = parse_partial_json(self.arguments)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-
-
-def openai_tool_call(call_id: str, name: str, arguments_json: str) -> dict[str, Any]:
-    """A call in the OpenAI chat-completions shape (``arguments`` is a JSON string)."""
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": name, "arguments": arguments_json},
-    }
-
-
-def assistant_message(
-    content: str, tool_calls: Sequence[ToolCall | PartialToolCall] = ()
-) -> LIChatMessage:
-    """The assistant message of an answer: its text, then one ``ToolCallBlock`` per call; the
-    calls are also in ``additional_kwargs["tool_calls"]`` (OpenAI shape)."""
-    partial = [c if isinstance(c, PartialToolCall) else PartialToolCall.of(c) for c in tool_calls]
-    blocks: list[Any] = [TextBlock(text=content)]
-    blocks += [
-        ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.kwargs())
-        for call in partial
-    ]
-    additional: dict[str, Any] = {}
-    if partial:
-        additional["tool_calls"] = [
-            openai_tool_call(call.id, call.name, call.arguments) for call in partial
-        ]
-    return LIChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=additional)
-
-
-def to_logprobs(entries: Sequence[TokenLogprob] | None) -> list[list[LogProb]] | None:
-    """``ChatResponse.logprobs``: for each generated token, the token itself first, then the
-    most likely tokens at its step (as many as were asked for); ``None`` when none were."""
-    if not entries:
-        return None
-    return [
-        [
-            LogProb(token=entry.token, logprob=entry.logprob, bytes=list(entry.bytes)),
-            *(LogProb(token=t.token, logprob=t.logprob, bytes=list(t.bytes)) for t in entry.top),
-        ]
-        for entry in entries
-    ]
-
-
-def usage_kwargs(usage: Usage | None) -> dict[str, int]:
-    """Token counts in the ``ChatResponse.additional_kwargs`` shape of llama-index-llms-openai."""
-    if usage is None:
-        return {}
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
-def response_raw(
-    request_id: str,
-    model: str,
-    finish_reason: str | None,
-    usage: Usage | None,
-    timings: Timings | None,
-) -> dict[str, Any]:
-    """``ChatResponse.raw`` / ``CompletionResponse.raw``: what the engine reported."""
-    return {
-        "id": request_id,
-        "model": model,
-        "finish_reason": finish_reason,
-        "usage": None
-        if usage is None
-        else {
-            **usage_kwargs(usage),
-            "cached_prompt_tokens": usage.cached_prompt_tokens,
-        },
-        "timings": None if timings is None else asdict(timings),
-    }
-
-
-def completion_raw(completion: Completion, model: str, finish_reason: str | None = None) -> Any:
-    """:func:`response_raw` of a finished completion."""
-    return response_raw(
-        completion.request_id,
-        model,
-        finish_reason or completion.finish_reason,
-        completion.usage,
-        completion.timings,
-    )
-
-
-def _selection(call_id: str | None, name: str, arguments: Any, index: int) -> ToolSelection:
-    if isinstance(arguments, str):
-        try:
-            arguments = parse_partial_json(arguments) if arguments.strip() else {}
-        except ValueError:
-            arguments = {}
-    return ToolSelection(
-        tool_id=call_id or f"call_{index}",
-        tool_name=name,
-        tool_kwargs=arguments if isinstance(arguments, dict) else {},
-    )
-
-
-def tool_selections(message: LIChatMessage) -> list[ToolSelection]:
-    """The calls of an assistant message: its ``ToolCallBlock`` s, else the OpenAI-style
-    ``additional_kwargs["tool_calls"]``; argument strings (streamed ones may be cut short) are
-    parsed leniently."""
-    blocks = [block for block in message.blocks if isinstance(block, ToolCallBlock)]
-    if blocks:
-        return [
-            _selection(block.tool_call_id, block.tool_name, block.tool_kwargs, i)
-            for i, block in enumerate(blocks)
-        ]
-    calls = message.additional_kwargs.get("tool_calls") or []
-    selections = []
-    for i, raw in enumerate(calls if isinstance(calls, Sequence) else ()):
-        call = _as_mapping(raw)
-        function = call.get("function", call)
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            continue
-        arguments = function.get("arguments", function.get("args", {}))
-        selections.append(_selection(call.get("id"), function["name"], arguments, i))
-    return selections
-
-
-# -- lenient JSON ---------------------------------------------------------------------------------
-
-_MISSING: Any = object()
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_CUT_ESCAPE = re.compile(r"(\\+)(?:u[0-9a-fA-F]{0,3})?$")
-_NUMBER_CUT = re.compile(r"\.|[eE][+-]?")
-_WS = " \t\n\r"
-_LITERALS = {"true": True, "false": False, "null": None}
-
-
-def parse_partial_json(text: str) -> Any:
-    """The value a JSON text begins with, when the text may be cut off anywhere.
-
-    What has arrived is kept (a string cut in the middle is kept as far as it goes, a number as
-    far as it parses); what cannot be known yet is left out (a key without its value, a literal
-    cut in the middle). Complete JSON parses exactly as ``json.loads`` would.
-
-    Raises:
-        ValueError: the text is not the beginning of a JSON document, or holds no value yet.
-    """
-    value, end, _ = _value(text, 0)
-    if value is _MISSING:
-        raise ValueError("no JSON value yet")
-    if text[end:].strip(_WS):
-        raise ValueError(f"unexpected text after the JSON value at character {end}")
-    return value
-
-
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i] in _WS:
-        i += 1
-    return i
-
-
-def _value(text: str, i: int) -> tuple[Any, int, bool]:
-    """(value or ``_MISSING``, next index, whether the value is complete)."""
-    i = _skip(text, i)
-    if i >= len(text):
-        return _MISSING, i, False
-    char = text[i]
-    if char == "{":
-        return _object(text, i + 1)
-    if char == "[":
-        return _array(text, i + 1)
-    if char == '"':
-        return _string(text, i + 1)
-    match = _NUMBER.match(text, i)
-    if match:
-        end, number = match.end(), json.loads(match.group())
-        rest = text[end:]
-        if not rest:  # more digits may follow
-            return number, end, False
-        if _NUMBER_CUT.fullmatch(rest):  # "1." or "1e-" at the end: a fraction or exponent to come
-            return number, len(text), False
-        return number, end, True
-    for word, value in _LITERALS.items():
-        if text.startswith(word, i):
-            return value, i + len(word), True
-        if word.startswith(text[i:]):  # cut in the middle of the literal
-            return _MISSING, len(text), False
-    if char == "-" and i + 1 == len(text):
-        return _MISSING, len(text), False
-    raise ValueError(f"unexpected character {char!r} at character {i}")
-
-
-def _string(text: str, i: int) -> tuple[Any, int, bool]:
-    j = i
-    while j < len(text):
-        char = text[j]
-        if char == "\\":
-            j += 2
-            continue
-        if char == '"':
-            return json.loads(text[i - 1 : j + 1]), j + 1, True
-        j += 1
-    body = text[i:]
-    cut = _CUT_ESCAPE.search(body)
-    if cut and len(cut.group(1)) % 2 == 1:  # an escape cut in the middle: leave it out
-        body = body[: cut.end(1) - 1]
-    try:
-        return json.loads(f'"{body}"'), len(text), False
-    except json.JSONDecodeError as error:
-        raise ValueError(f"malformed string at character {i - 1}") from error
-
-
-def _object(text: str, i: int) -> tuple[Any, int, bool]:
-    out: dict[str, Any] = {}
-    i = _skip(text, i)
-    if i < len(text) and text[i] == "}":
-        return out, i + 1, True
-    while True:
-        i = _skip(text, i)
-        if i >= len(text):
-            return out, i, False
-        if text[i] != '"':
-            raise ValueError(f"expected a key at character {i}")
-        key, i, complete = _string(text, i + 1)
-        if not complete:
-            return out, i, False
-        i = _skip(text, i)
-        if i >= len(text):
-            return out, i, False
-        if text[i] != ":":
-            raise ValueError(f"expected ':' at character {i}")
-        value, i, complete = _value(text, i + 1)
-        if value is _MISSING:
-            return out, i, False
-        out[key] = value
-        if not complete:
-            return out, i, False
-        i = _skip(text, i)
-        if i >= len(text):
-            return out, i, False
-        if text[i] == "}":
-            return out, i + 1, True
-        if text[i] != ",":
-            raise ValueError(f"expected ',' or '}}' at character {i}")
-        i += 1
-
-
-def _array(text: str, i: int) -> tuple[Any, int, bool]:
-    out: list[Any] = []
-    i = _skip(text, i)
-    if i < len(text) and text[i] == "]":
-        return out, i + 1, True
-    while True:
-        value, i, complete = _value(text, i)
-        if value is _MISSING:
-            return out, i, False
-        out.append(value)
-        if not complete:
-            return out, i, False
-        i = _skip(text, i)
-        if i >= len(text):
-            return out, i, False
-        if text[i] == "]":
-            return out, i + 1, True
-        if text[i] != ",":
-            raise ValueError(f"expected ',' or ']' at character {i}")
-        i += 1

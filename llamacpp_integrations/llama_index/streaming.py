@@ -1,5 +1,6 @@
-"""Streams of ``LlamaCpp``: engine chunks folded into LlamaIndex responses, partial structured
-objects, and closing a stream's generator (which cancels its request) however its user stops."""
+"""Streams of ``LlamaCpp``: answer pieces folded into cumulative LlamaIndex responses, partial
+structured objects with their instrumentation events, and closing a stream's generator (which
+cancels its request) however its user stops."""
 
 from __future__ import annotations
 
@@ -7,22 +8,21 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from llama_index.core.base.llms.types import ChatResponse
+import llama_index.core.instrumentation as instrument
+from llama_index.core.base.llms.types import ChatResponse, CompletionResponse
 from llama_index.core.bridge.pydantic import BaseModel, ValidationError
-
-from ..engine import StreamChunk
-from ..errors import OutputTruncatedError
-from ..tools import ToolStreamChunk, new_tool_call_id
-from .messages import (
-    PartialToolCall,
-    assistant_message,
-    parse_partial_json,
-    response_raw,
-    to_logprobs,
-    usage_kwargs,
+from llama_index.core.instrumentation.events.llm import (
+    LLMStructuredPredictEndEvent,
+    LLMStructuredPredictInProgressEvent,
+    LLMStructuredPredictStartEvent,
 )
 
-__all__ = ["ChatStream", "PartialObjects", "aclosed", "closed"]
+from ..tools import ToolStreamChunk, new_tool_call_id, parse_partial_json
+from .responses import PartialToolCall, assistant_message, response_raw, to_logprobs, usage_kwargs
+
+__all__ = ["ChatStream", "CompletionStream", "StructuredPrediction", "aclosed", "closed"]
+
+dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]  # re-exported
 
 
 @contextmanager
@@ -47,74 +47,90 @@ async def aclosed(iterator: object) -> AsyncIterator[None]:
             await aclose()
 
 
+def _is_news(piece: ToolStreamChunk) -> bool:
+    return bool(piece.text or piece.tool_call_deltas or piece.logprobs or piece.finish_reason)
+
+
+def _raw(piece: ToolStreamChunk, model: str) -> dict[str, Any]:
+    return response_raw(piece.request_id, model, piece.finish_reason, piece.usage, piece.timings)
+
+
 class ChatStream:
-    """Engine chunks -> cumulative ``ChatResponse`` s (text so far, tool calls so far)."""
+    """Answer pieces -> cumulative ``ChatResponse`` s (text so far, tool calls so far)."""
 
     def __init__(self, model: str) -> None:
         self._model = model
         self._text = ""
         self._calls: dict[int, PartialToolCall] = {}
-        self.finish_reason: str | None = None
 
-    def _response(
-        self, chunk: StreamChunk | ToolStreamChunk, finish_reason: str | None
-    ) -> ChatResponse:
-        return ChatResponse(
-            message=assistant_message(self._text, list(self._calls.values())),
-            delta=chunk.text,
-            raw=response_raw(
-                chunk.request_id, self._model, finish_reason, chunk.usage, chunk.timings
-            ),
-            additional_kwargs=usage_kwargs(chunk.usage),
-            logprobs=to_logprobs(chunk.logprobs),
-        )
-
-    def text(self, chunk: StreamChunk) -> ChatResponse | None:
-        self._text += chunk.text
-        self.finish_reason = chunk.finish_reason
-        if not chunk.text and not chunk.logprobs and chunk.finish_reason is None:
-            return None
-        return self._response(chunk, chunk.finish_reason)
-
-    def tools(self, chunk: ToolStreamChunk) -> ChatResponse | None:
-        self._text += chunk.text
-        self.finish_reason = chunk.finish_reason
-        for delta in chunk.tool_call_deltas:
+    def read(self, piece: ToolStreamChunk) -> ChatResponse | None:
+        """The response after ``piece`` (``None`` when it adds nothing)."""
+        self._text += piece.text
+        for delta in piece.tool_call_deltas:
             call = self._calls.get(delta.index)
             if call is None:
                 call = PartialToolCall(delta.id or new_tool_call_id(), delta.name or "")
                 self._calls[delta.index] = call
             call.arguments += delta.arguments
-        if chunk.finish_reason is not None and chunk.tool_calls:
-            self._calls = {i: PartialToolCall.of(c) for i, c in enumerate(chunk.tool_calls)}
-        if not (chunk.text or chunk.tool_call_deltas or chunk.logprobs or chunk.finish_reason):
+        if piece.finish_reason is not None and piece.tool_calls:
+            self._calls = {i: PartialToolCall.of(c) for i, c in enumerate(piece.tool_calls)}
+        if not _is_news(piece):
             return None
-        return self._response(chunk, chunk.finish_reason)
-
-    def check_structured(self, request_id: str | None = None) -> None:
-        if self.finish_reason == "length":
-            raise OutputTruncatedError(
-                "max_tokens ended the JSON answer early",
-                request_id=request_id,
-                partial_text=self._text,
-            )
+        return ChatResponse(
+            message=assistant_message(self._text, list(self._calls.values())),
+            delta=piece.text,
+            raw=_raw(piece, self._model),
+            additional_kwargs=usage_kwargs(piece.usage),
+            logprobs=to_logprobs(piece.logprobs),
+        )
 
 
-class PartialObjects:
-    """Structured output as it streams: the model when what came validates, else a
-    ``FlexibleModel`` with the fields so far; only changes are reported."""
+class CompletionStream:
+    """Answer pieces -> cumulative ``CompletionResponse`` s."""
 
-    def __init__(self, output_cls: type[BaseModel]) -> None:
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._text = ""
+
+    def read(self, piece: ToolStreamChunk) -> CompletionResponse | None:
+        """The response after ``piece`` (``None`` when it adds nothing)."""
+        self._text += piece.text
+        if not _is_news(piece):
+            return None
+        return CompletionResponse(
+            text=self._text,
+            delta=piece.text,
+            raw=_raw(piece, self._model),
+            additional_kwargs=usage_kwargs(piece.usage),
+            logprobs=to_logprobs(piece.logprobs),
+        )
+
+
+class StructuredPrediction:
+    """One structured prediction and LlamaIndex's events for it. Streamed, each update is the
+    model when what came validates, else a ``FlexibleModel`` with the fields so far; only
+    changes are reported, and the complete object last."""
+
+    def __init__(self, output_cls: type[BaseModel], prompt: Any, prompt_args: Any) -> None:
         from llama_index.core.program.utils import create_flexible_model
 
         self._cls = output_cls
         self._flexible = create_flexible_model(output_cls)
+        self._start = LLMStructuredPredictStartEvent(
+            output_cls=output_cls, template=prompt, template_args=prompt_args
+        )
         self._last: Any = None
+        self._text = ""
         self.latest: BaseModel | None = None
 
-    def update(self, text: str) -> BaseModel | None:
+    def start(self) -> None:
+        dispatcher.event(self._start)
+
+    def update(self, response: ChatResponse) -> BaseModel | None:
+        """The object after ``response`` if it changed."""
+        self._text = response.message.content or ""
         try:
-            value = parse_partial_json(text)
+            value = parse_partial_json(self._text)
         except ValueError:
             return None
         if not isinstance(value, dict) or value == self._last:
@@ -124,4 +140,19 @@ class PartialObjects:
             self.latest = self._cls.model_validate(value)
         except ValidationError:
             self.latest = self._flexible.model_validate(value)
+        dispatcher.event(LLMStructuredPredictInProgressEvent(output=self.latest))
         return self.latest
+
+    def whole(self, response: ChatResponse) -> BaseModel:
+        """The object of a whole answer."""
+        self._output = self._cls.model_validate_json(response.message.content or "")
+        self.end()
+        return self._output
+
+    def final(self) -> BaseModel | None:
+        """The complete object, if the last update did not already report it."""
+        self._output = self._cls.model_validate_json(self._text)
+        return None if self.latest == self._output else self._output
+
+    def end(self) -> None:
+        dispatcher.event(LLMStructuredPredictEndEvent(output=self._output))

@@ -1,25 +1,28 @@
-"""Grammar-constrained structured output and tool calling on the engine.
+"""Grammar-constrained structured output and tool calling, planned and read (pure Python).
 
 * ``schema_to_gbnf`` / ``json_object_gbnf`` / ``any_json_gbnf``: JSON schema -> GBNF grammar;
-* ``generate_structured`` / ``agenerate_structured``: a JSON value valid for a schema;
-* ``generate_with_tools`` / ``stream_with_tools`` (and async twins): answers that may call
-  tools, every call well-formed, naming an offered tool, with schema-valid arguments.
+* ``constrain`` / ``read_structured``: a request whose answer is a JSON value valid for a
+  schema, and that value read back;
+* ``plan_tool_request`` / ``read_tool_answer`` / ``ToolAnswerReader``: a request whose answer
+  may call tools (every call well-formed, naming an offered tool, with schema-valid arguments),
+  and its text and calls read back, whole or streamed.
+
+Running a plan is ``llamacpp_integrations.client``'s job (``client.generate`` and kin).
 """
 
 from __future__ import annotations
 
 from .call_syntax import HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, TOOL_CALL_LIST, CallSyntax
-from .json_grammar import any_json_gbnf, json_object_gbnf, schema_to_gbnf
-from .structured import StructuredResult, agenerate_structured, constrain, generate_structured
+from .grammar import any_json_gbnf, json_object_gbnf, schema_to_gbnf
+from .partial_json import parse_partial_json
+from .structured import StructuredResult, constrain, read_structured
 from .tool_calling import (
+    ToolAnswerReader,
     ToolCallPlan,
     ToolCallResult,
     ToolStreamChunk,
-    agenerate_with_tools,
-    astream_with_tools,
-    generate_with_tools,
     plan_tool_request,
-    stream_with_tools,
+    read_tool_answer,
 )
 from .tool_parser import ParsedOutput, ToolCallStream, parse_tool_output
 from .tool_prompt import TemplateToolSupport, detect_tool_support
@@ -31,6 +34,7 @@ from .tool_spec import (
     new_tool_call_id,
     normalize_tool_choice,
     normalize_tools,
+    openai_tool_call,
 )
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "ParsedOutput",
     "StructuredResult",
     "TemplateToolSupport",
+    "ToolAnswerReader",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallPlan",
@@ -51,20 +56,18 @@ __all__ = [
     "ToolChoice",
     "ToolSpec",
     "ToolStreamChunk",
-    "agenerate_structured",
-    "agenerate_with_tools",
     "any_json_gbnf",
-    "astream_with_tools",
     "constrain",
     "detect_tool_support",
-    "generate_structured",
-    "generate_with_tools",
     "json_object_gbnf",
     "new_tool_call_id",
     "normalize_tool_choice",
     "normalize_tools",
+    "openai_tool_call",
+    "parse_partial_json",
     "parse_tool_output",
     "plan_tool_request",
+    "read_structured",
+    "read_tool_answer",
     "schema_to_gbnf",
-    "stream_with_tools",
 ]

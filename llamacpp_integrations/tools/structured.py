@@ -2,7 +2,8 @@
 
 The grammar makes every finished answer valid JSON that conforms to the schema; the only way to
 get something else is running out of tokens, which raises ``OutputTruncatedError`` instead of
-returning a broken document.
+returning a broken document. ``constrain`` plans the request, ``read_structured`` reads the
+answer; running it is the caller's (``client`` runs plans on any engine).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine import ChatRequest, Completion, CompletionRequest, Engine
+from ..engine import ChatRequest, Completion, CompletionRequest
 from ..errors import EngineError, OutputTruncatedError
-from .json_grammar import json_object_gbnf, schema_to_gbnf
+from .grammar import json_object_gbnf, schema_to_gbnf
 
-__all__ = ["StructuredResult", "agenerate_structured", "constrain", "generate_structured"]
+__all__ = ["StructuredResult", "constrain", "read_structured"]
 
 Request = ChatRequest | CompletionRequest
 
@@ -39,7 +40,12 @@ def constrain(request: Request, schema: Mapping[str, Any] | None) -> Request:
     return replace(request, grammar=grammar, stop=())
 
 
-def _parse(completion: Completion) -> StructuredResult:
+def read_structured(completion: Completion) -> StructuredResult:
+    """The JSON value of a constrained answer.
+
+    Raises:
+        OutputTruncatedError: ``max_tokens`` ended the answer before the document was whole.
+    """
     if completion.finish_reason == "length":
         raise OutputTruncatedError(
             f"max_tokens ({completion.usage.completion_tokens}) ended the JSON answer early",
@@ -54,17 +60,3 @@ def _parse(completion: Completion) -> StructuredResult:
             request_id=completion.request_id,
             partial_text=completion.text,
         ) from error
-
-
-def generate_structured(
-    engine: Engine, request: Request, schema: Mapping[str, Any] | None
-) -> StructuredResult:
-    """Generate a JSON value conforming to ``schema`` (``None``: any JSON object)."""
-    return _parse(engine.generate(constrain(request, schema)))
-
-
-async def agenerate_structured(
-    engine: Engine, request: Request, schema: Mapping[str, Any] | None
-) -> StructuredResult:
-    """Async ``generate_structured``."""
-    return _parse(await engine.agenerate(constrain(request, schema)))

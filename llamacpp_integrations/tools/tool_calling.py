@@ -1,4 +1,4 @@
-"""Chat with tools on the engine: plan the request, generate, and read the calls back.
+"""Chat with tools: plan the engine request, and read the calls back from its answer.
 
 :func:`plan_tool_request` turns a chat request plus tools and a tool choice into an engine
 request: the prompt (by the template when it knows tools, by our instructions otherwise) and the
@@ -15,15 +15,25 @@ a tool name      one call of that tool only                 one call of that too
 ===============  =========================================  ====================================
 
 Stop strings are dropped whenever calls may be generated: met inside a call they would cut it.
+Running the plan is the caller's: ``read_tool_answer`` reads a whole answer, ``ToolAnswerReader``
+a streamed one (``client`` runs plans on any engine).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine import ChatRequest, Completion, Engine, StreamChunk, Timings, TokenLogprob, Usage
+from ..engine import (
+    ChatRequest,
+    Completion,
+    InferenceEngine,
+    StreamChunk,
+    Timings,
+    TokenLogprob,
+    Usage,
+)
 from ..engine.chat_template import messages_to_dicts
 from ..errors import OutputTruncatedError, ToolCallParseError
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
@@ -46,14 +56,12 @@ from .tool_spec import (
 )
 
 __all__ = [
+    "ToolAnswerReader",
     "ToolCallPlan",
     "ToolCallResult",
     "ToolStreamChunk",
-    "agenerate_with_tools",
-    "astream_with_tools",
-    "generate_with_tools",
     "plan_tool_request",
-    "stream_with_tools",
+    "read_tool_answer",
 ]
 
 Tools = Sequence[ToolSpec | Mapping[str, Any]]
@@ -118,7 +126,7 @@ class ToolStreamChunk:
 
 
 def plan_tool_request(
-    engine: Engine,
+    engine: InferenceEngine,
     request: ChatRequest,
     tools: Tools,
     *,
@@ -203,7 +211,13 @@ def _finish(
     return content, deltas, parsed
 
 
-def _read(plan: ToolCallPlan, completion: Completion) -> ToolCallResult:
+def read_tool_answer(plan: ToolCallPlan, completion: Completion) -> ToolCallResult:
+    """The reply text and calls of a whole answer to ``plan.request``.
+
+    Raises:
+        OutputTruncatedError: ``max_tokens`` ended the answer inside a call.
+        ToolCallParseError: the answer is not a valid call list (grammars rule this out).
+    """
     if plan.syntax is None:
         return ToolCallResult(completion.text, (), completion)
     stream = ToolCallStream(plan.syntax)
@@ -213,14 +227,16 @@ def _read(plan: ToolCallPlan, completion: Completion) -> ToolCallResult:
     return ToolCallResult(parsed.content, parsed.tool_calls, completion)
 
 
-class _StreamReader:
-    """Turns engine chunks into tool stream chunks."""
+class ToolAnswerReader:
+    """Turns the engine chunks of a streamed answer to ``plan.request`` into tool stream
+    chunks: reply text and call deltas as they come, the finished calls at the end."""
 
     def __init__(self, plan: ToolCallPlan) -> None:
         self._plan = plan
         self._stream = ToolCallStream(plan.syntax) if plan.syntax is not None else None
 
     def read(self, chunk: StreamChunk) -> ToolStreamChunk | None:
+        """The piece ``chunk`` adds (``None`` when it adds nothing to show yet)."""
         if self._stream is None:
             return ToolStreamChunk.of_text(chunk)
         if chunk.finish_reason is None:
@@ -241,100 +257,3 @@ class _StreamReader:
             parsed.tool_calls,
             chunk.logprobs,
         )
-
-
-def generate_with_tools(
-    engine: Engine,
-    request: ChatRequest,
-    tools: Tools,
-    *,
-    tool_choice: object = "auto",
-    parallel_tool_calls: bool = True,
-    support: TemplateToolSupport | None = None,
-) -> ToolCallResult:
-    """Generate an answer that may call ``tools`` (see :func:`plan_tool_request`).
-
-    Raises:
-        OutputTruncatedError: ``max_tokens`` ended the answer inside a call.
-    """
-    plan = plan_tool_request(
-        engine,
-        request,
-        tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel_tool_calls,
-        support=support,
-    )
-    return _read(plan, engine.generate(plan.request))
-
-
-async def agenerate_with_tools(
-    engine: Engine,
-    request: ChatRequest,
-    tools: Tools,
-    *,
-    tool_choice: object = "auto",
-    parallel_tool_calls: bool = True,
-    support: TemplateToolSupport | None = None,
-) -> ToolCallResult:
-    """Async :func:`generate_with_tools`."""
-    plan = plan_tool_request(
-        engine,
-        request,
-        tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel_tool_calls,
-        support=support,
-    )
-    return _read(plan, await engine.agenerate(plan.request))
-
-
-def stream_with_tools(
-    engine: Engine,
-    request: ChatRequest,
-    tools: Tools,
-    *,
-    tool_choice: object = "auto",
-    parallel_tool_calls: bool = True,
-    support: TemplateToolSupport | None = None,
-) -> Iterator[ToolStreamChunk]:
-    """Stream an answer that may call ``tools``: text deltas, then call deltas (id and name
-    first, then argument pieces); the last chunk carries the finished calls."""
-    plan = plan_tool_request(
-        engine,
-        request,
-        tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel_tool_calls,
-        support=support,
-    )
-    reader = _StreamReader(plan)
-    for chunk in engine.stream(plan.request):
-        out = reader.read(chunk)
-        if out is not None:
-            yield out
-
-
-async def astream_with_tools(
-    engine: Engine,
-    request: ChatRequest,
-    tools: Tools,
-    *,
-    tool_choice: object = "auto",
-    parallel_tool_calls: bool = True,
-    support: TemplateToolSupport | None = None,
-) -> AsyncIterator[ToolStreamChunk]:
-    """Async :func:`stream_with_tools`."""
-    plan = plan_tool_request(
-        engine,
-        request,
-        tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel_tool_calls,
-        support=support,
-    )
-    reader = _StreamReader(plan)
-    async for chunk in engine.astream(plan.request):
-        out = reader.read(chunk)
-        if out is not None:
-            yield out

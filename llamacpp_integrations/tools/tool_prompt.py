@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import ChatRequest, Engine
+from ..engine import ChatRequest, InferenceEngine
 from ..errors import ChatTemplateError, InvalidRequestError
 from .call_syntax import HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, CallSyntax
 from .tool_spec import ToolChoice, ToolSpec
@@ -77,7 +77,7 @@ class TemplateToolSupport:
         return self.syntax is not None
 
 
-def _render(engine: Engine, messages: list[dict[str, Any]], template: str | None) -> str:
+def _render(engine: InferenceEngine, messages: list[dict[str, Any]], template: str | None) -> str:
     try:
         return engine.render_chat(
             ChatRequest(messages=messages, tools=[_PROBE_TOOL], chat_template=template)
@@ -86,7 +86,9 @@ def _render(engine: Engine, messages: list[dict[str, Any]], template: str | None
         return ""
 
 
-def detect_tool_support(engine: Engine, chat_template: str | None = None) -> TemplateToolSupport:
+def detect_tool_support(
+    engine: InferenceEngine, chat_template: str | None = None
+) -> TemplateToolSupport:
     """Probe the template in effect (``chat_template`` or the model's) for tool support.
 
     Raises:

@@ -23,6 +23,7 @@ __all__ = [
     "new_tool_call_id",
     "normalize_tool_choice",
     "normalize_tools",
+    "openai_tool_call",
 ]
 
 # The names OpenAI-style APIs (and so LangChain and LlamaIndex tools) allow.
@@ -75,11 +76,8 @@ class ToolCall:
     arguments_json: str
 
     def to_openai(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+        """The call as OpenAI's chat completions return it (``arguments`` as JSON text)."""
+        return openai_tool_call(self.id, self.name, self.arguments_json)
 
 
 @dataclass(frozen=True)
@@ -91,6 +89,15 @@ class ToolCallDelta:
     id: str | None = None
     name: str | None = None
     arguments: str = ""
+
+
+def openai_tool_call(call_id: str, name: str, arguments_json: str) -> dict[str, Any]:
+    """A call, whole or streamed so far, in OpenAI's chat-completions shape."""
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments_json},
+    }
 
 
 def new_tool_call_id() -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import BaseModel, Field
 
+from llamacpp_integrations import client
+from llamacpp_integrations.client import CallResult
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, Engine, SamplingParams
 from llamacpp_integrations.errors import OutputTruncatedError
-from llamacpp_integrations.tools.structured import agenerate_structured, generate_structured
 
 from .helpers import QUESTIONS
 
@@ -23,6 +26,14 @@ class Person(BaseModel):
     email: str | None = None
     tags: list[str] = Field(default_factory=list, max_length=3)
     address: Address
+
+
+def generate_structured(engine: Engine, request: ChatRequest, schema: Any) -> CallResult:
+    return client.generate(engine, client.structured_plan(request, schema))
+
+
+async def agenerate_structured(engine: Engine, request: ChatRequest, schema: Any) -> CallResult:
+    return await client.agenerate(engine, client.structured_plan(request, schema))
 
 
 def _ask(text: str, seed: int) -> ChatRequest:

@@ -14,28 +14,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from llamacpp_integrations import client
+from llamacpp_integrations.client import CallResult as ToolCallResult
 from llamacpp_integrations.engine import ChatRequest, CompletionRequest, Engine
 from llamacpp_integrations.errors import InvalidRequestError, OutputTruncatedError
+from llamacpp_integrations.tools import ToolStreamChunk
 from llamacpp_integrations.tools.call_syntax import HERMES, MISTRAL, CallSyntax
-from llamacpp_integrations.tools.tool_calling import (
-    ToolCallResult,
-    agenerate_with_tools,
-    generate_with_tools,
-    plan_tool_request,
-    stream_with_tools,
-)
+from llamacpp_integrations.tools.tool_calling import plan_tool_request
 from llamacpp_integrations.tools.tool_grammar import tool_calls_gbnf
 from llamacpp_integrations.tools.tool_parser import parse_tool_output
 from llamacpp_integrations.tools.tool_prompt import TemplateToolSupport, detect_tool_support
 from llamacpp_integrations.tools.tool_spec import ToolCall, normalize_tools
-from tests.unit.test_json_grammar import validate
+from tests.integration.test_json_grammar import validate
 
 from .helpers import GREEDY
 from .tool_templates import NATIVE_TEMPLATES, STRICT_ALTERNATION
+
+
+def generate_with_tools(
+    engine: Engine, request: ChatRequest, tools: Any, **plan: Any
+) -> ToolCallResult:
+    return client.generate(engine, client.tool_plan(engine, request, tools, **plan))
+
+
+async def agenerate_with_tools(
+    engine: Engine, request: ChatRequest, tools: Any, **plan: Any
+) -> ToolCallResult:
+    return await client.agenerate(engine, client.tool_plan(engine, request, tools, **plan))
+
+
+def stream_with_tools(
+    engine: Engine, request: ChatRequest, tools: Any, **plan: Any
+) -> Iterator[ToolStreamChunk]:
+    return client.stream(engine, client.tool_plan(engine, request, tools, **plan))
+
 
 WEATHER = {
     "type": "function",

@@ -36,6 +36,7 @@ from llama_index.core.llms.llm import LLM, ToolSelection
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 
+from llamacpp_integrations.client import read_response_format
 from llamacpp_integrations.engine import ImageInput, TokenLogprob, TopLogprob, Usage
 from llamacpp_integrations.errors import (
     ImageInputNotSupportedError,
@@ -43,20 +44,25 @@ from llamacpp_integrations.errors import (
     UnsupportedContentError,
 )
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
-from llamacpp_integrations.llama_index.llm import _schema_of
 from llamacpp_integrations.llama_index.messages import (
-    PartialToolCall,
-    assistant_message,
-    parse_partial_json,
-    response_raw,
     to_engine_message,
     to_engine_messages,
+    tools_to_openai,
+)
+from llamacpp_integrations.llama_index.responses import (
+    PartialToolCall,
+    assistant_message,
+    response_raw,
     to_logprobs,
     tool_selections,
-    tools_to_openai,
     usage_kwargs,
 )
-from llamacpp_integrations.tools import ToolCall
+from llamacpp_integrations.tools import ToolCall, parse_partial_json
+
+
+def _schema_of(response_format: object) -> object:
+    return read_response_format(response_format).schema
+
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -94,7 +100,7 @@ def test_embedding_class_is_a_base_embedding() -> None:
 def test_construction_does_not_load_a_model() -> None:
     llm = LlamaCpp(model="/nonexistent/model.gguf", temperature=0.1, max_tokens=8)
     embedding = LlamaCppEmbedding(model="/nonexistent/model.gguf", embed_batch_size=4)
-    assert llm._engine is None and embedding._engine is None
+    assert llm.binding.loaded() is None and embedding.binding.loaded() is None
     assert embedding.model_name == "model.gguf"
     assert embedding.embed_batch_size == 4
     # Serialisable like other LlamaIndex components (the engine is not part of the state).

@@ -1,0 +1,81 @@
+"""How an adapter reaches its engine: made on first use, shared, replaced when closed.
+
+Every adapter holds one ``EngineBinding``. The first call asks the registry for the engine its
+model and settings name (loading the weights if no engine has them), under a lock so concurrent
+first calls load once; async callers load on a thread, so the event loop keeps running. A
+registry engine that was closed meanwhile is replaced on the next call; an engine the user
+passed in is used as it is. A per-call ``model=`` override gets an engine of its own, kept for
+the binding's lifetime, so repeated overrides load nothing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..engine import InferenceEngine, engine_for
+from ..tools import TemplateToolSupport, detect_tool_support
+
+__all__ = ["EngineBinding"]
+
+
+class EngineBinding:
+    """One adapter's engine (and the engines of its per-call model overrides)."""
+
+    def __init__(
+        self,
+        *,
+        model: str | None,
+        settings: Mapping[str, Any],
+        engine: InferenceEngine | None = None,
+    ) -> None:
+        self.model = model
+        self._settings = dict(settings)
+        self._given = engine
+        self._engines: dict[str | None, InferenceEngine] = {}
+        self._lock = threading.Lock()
+        self._tool_support: dict[tuple[str | None, str | None], TemplateToolSupport] = {}
+
+    def loaded(self) -> InferenceEngine | None:
+        """The engine if it is already there (nothing is loaded)."""
+        if self._given is not None:
+            return self._given
+        engine = self._engines.get(None)
+        return None if engine is None or engine.closed else engine
+
+    def _ready(self, model: str | None) -> tuple[str | None, InferenceEngine | None]:
+        """The engine key for ``model``, and its engine if one is there and open."""
+        key = None if model is None or model == self.model else model
+        if key is None and self._given is not None:
+            return key, self._given
+        engine = self._engines.get(key)
+        return key, None if engine is None or engine.closed else engine
+
+    def get(self, model: str | None = None) -> InferenceEngine:
+        """The engine serving ``model`` (``None``: the adapter's own), loading it if needed."""
+        key, ready = self._ready(model)
+        if ready is not None:
+            return ready
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None or engine.closed:
+                engine = engine_for(None, self.model if key is None else key, self._settings)
+                self._engines[key] = engine
+            return engine
+
+    async def aget(self, model: str | None = None) -> InferenceEngine:
+        """``get`` for async callers: a load (seconds) runs on a thread."""
+        _, ready = self._ready(model)
+        return ready if ready is not None else await asyncio.to_thread(self.get, model)
+
+    def tool_support(
+        self, engine: InferenceEngine, chat_template: str | None
+    ) -> TemplateToolSupport:
+        """What the template in effect knows about tools, probed once per template."""
+        key = (engine.info.chat_template, chat_template)
+        support = self._tool_support.get(key)
+        if support is None:
+            support = self._tool_support[key] = detect_tool_support(engine, chat_template)
+        return support

@@ -1,0 +1,160 @@
+"""One call's options: the adapter's defaults with the call's keyword arguments on top.
+
+Both chat adapters read their per-call keywords here, so they accept the same names, refuse the
+same mistakes with the same error (``UnknownOptionError``), and read ``response_format`` in the
+same shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..engine import SamplingParams
+from ..errors import InvalidRequestError, UnknownOptionError
+from .settings import SAMPLING_SETTINGS
+
+__all__ = [
+    "CALL_OPTIONS",
+    "TOOL_OPTIONS",
+    "CallOptions",
+    "ResponseFormat",
+    "defaults_of",
+    "read_response_format",
+]
+
+REQUEST_OPTIONS = ("max_tokens", "stop", "timeout", "logprobs", "top_logprobs", "chat_template")
+TOOL_OPTIONS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
+CALL_OPTIONS = (*SAMPLING_SETTINGS, *REQUEST_OPTIONS, "model")
+"""Keywords every call takes; chat calls also take ``TOOL_OPTIONS``."""
+
+
+def defaults_of(adapter: object) -> dict[str, Any]:
+    """An adapter's fields that calls may override, by name."""
+    names = (*CALL_OPTIONS, "parallel_tool_calls")
+    return {name: getattr(adapter, name) for name in names if hasattr(adapter, name)}
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """A structured answer: JSON valid for ``schema``, or any JSON object when it is ``None``."""
+
+    schema: Mapping[str, Any] | None
+
+
+def read_response_format(value: object) -> ResponseFormat:
+    """A ``response_format`` in any shape the frameworks use: a pydantic model class,
+    ``{"type": "json_object"}`` (optionally with ``"schema"``), OpenAI's
+    ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``, or
+    ``{"type": "json_schema", "schema": {...}}``."""
+    if isinstance(value, type) and issubclass(value, BaseModel):
+        return ResponseFormat(value.model_json_schema())
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        if kind == "json_object":
+            schema = value.get("schema")
+            return ResponseFormat(schema if isinstance(schema, Mapping) else None)
+        if kind == "json_schema":
+            spec = value.get("json_schema", value.get("schema"))
+            if isinstance(spec, Mapping):
+                inner = spec.get("schema")
+                # OpenAI wraps the schema with a name; a bare schema may be given too.
+                return ResponseFormat(inner if isinstance(inner, Mapping) else spec)
+    raise InvalidRequestError(
+        "response_format must be a pydantic model class, {'type': 'json_object'} or "
+        "{'type': 'json_schema', 'json_schema': {'schema': {...}}}"
+    )
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Everything one call was asked for, defaults resolved.
+
+    Attributes:
+        sampling: The sampler settings.
+        max_tokens: Most tokens to generate (``None``: to the end of the context).
+        stop: Strings that end the answer.
+        timeout: Seconds the request may take.
+        logprobs: ``None`` for no log-probabilities, else how many top tokens per step.
+        chat_template: A template replacing the model's own for this call.
+        tools: OpenAI-style tool dicts offered to the model (``None``: no tools).
+        tool_choice: How tools must be used (any spelling ``normalize_tool_choice`` reads).
+        parallel_tool_calls: Whether one answer may call several tools.
+        response_format: The structured answer asked for, if any.
+        model: Another model to serve this one call.
+    """
+
+    sampling: SamplingParams
+    max_tokens: int | None
+    stop: tuple[str, ...]
+    timeout: float | None
+    logprobs: int | None
+    chat_template: str | None
+    tools: tuple[Mapping[str, Any], ...] | None = None
+    tool_choice: object = "auto"
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    model: str | None = None
+
+    @classmethod
+    def merge(
+        cls,
+        defaults: Mapping[str, Any],
+        kwargs: Mapping[str, Any],
+        *,
+        owner: str,
+        chat: bool = True,
+    ) -> CallOptions:
+        """``defaults`` (an adapter's fields, by name) overridden by a call's ``kwargs``.
+
+        A ``None`` keyword keeps the default. ``chat=False`` refuses tools and response
+        formats (completion calls).
+
+        Raises:
+            UnknownOptionError: a keyword no call takes.
+            InvalidRequestError: tools together with a response format, or a bad format.
+        """
+        accepted = (*CALL_OPTIONS, *TOOL_OPTIONS) if chat else CALL_OPTIONS
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise UnknownOptionError(
+                f"unexpected arguments for {owner}: {', '.join(unknown)} (accepted: "
+                f"{', '.join(sorted(accepted))})"
+            )
+
+        def pick(name: str) -> Any:
+            value = kwargs.get(name)
+            return defaults.get(name) if value is None else value
+
+        stop = pick("stop") or ()
+        tools = kwargs.get("tools") or None
+        response_format = kwargs.get("response_format")
+        if tools and response_format is not None:
+            raise InvalidRequestError("tools and response_format cannot be used together")
+        parallel = kwargs.get("parallel_tool_calls", defaults.get("parallel_tool_calls", True))
+        return cls(
+            sampling=SamplingParams(**{name: pick(name) for name in SAMPLING_SETTINGS}),
+            max_tokens=pick("max_tokens"),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+            timeout=pick("timeout"),
+            logprobs=(pick("top_logprobs") or 0) if pick("logprobs") else None,
+            chat_template=pick("chat_template"),
+            tools=_tool_dicts(tools),
+            tool_choice="auto" if kwargs.get("tool_choice") is None else kwargs["tool_choice"],
+            parallel_tool_calls=bool(parallel),
+            response_format=(
+                None if response_format is None else read_response_format(response_format)
+            ),
+            model=kwargs.get("model"),
+        )
+
+
+def _tool_dicts(tools: object) -> tuple[Mapping[str, Any], ...] | None:
+    if not tools:
+        return None
+    if not isinstance(tools, Sequence) or isinstance(tools, str | bytes):
+        raise InvalidRequestError("tools must be a list of tools")
+    return tuple(tools)

@@ -1,0 +1,174 @@
+"""The settings every adapter exposes, declared once: pydantic mixins the adapters inherit.
+
+* ``EngineSettings``: one optional field per ``EngineConfig`` serving or weights setting, made
+  from the dataclass itself (names, types and the descriptions in its docstring), so a setting
+  added to the engine appears in every adapter with nothing written twice. ``None`` means the
+  engine's default; only the settings a user sets reach the registry, so adapters that set
+  nothing share one engine. Its ``binding`` (``EngineBound``) reaches that engine.
+* ``SamplingSettings``: one field per ``SamplingParams`` field, with its defaults.
+* ``CallSettings``: per-request settings both chat adapters take (timeout, log-probabilities,
+  chat template, image policy).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, fields
+from typing import TYPE_CHECKING, Any, Self, get_type_hints
+
+from pydantic import BaseModel, Field, PrivateAttr, create_model, model_validator
+
+from ..engine import EngineConfig, InferenceEngine, SamplingParams
+from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
+from .binding import EngineBinding
+
+__all__ = [
+    "ENGINE_SETTINGS",
+    "SAMPLING_SETTINGS",
+    "CallSettings",
+    "EngineBound",
+    "EngineSettings",
+    "SamplingSettings",
+    "engine_settings_of",
+]
+
+# ``model`` is every adapter's own field; an adapter's ``chat_template`` applies per request.
+ENGINE_SETTINGS = tuple(
+    f.name for f in fields(EngineConfig) if f.name not in ("model", "chat_template")
+)
+SAMPLING_SETTINGS = tuple(f.name for f in fields(SamplingParams))
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """The ``Attributes:`` entries of a class docstring, as one line of text per name."""
+    docs: dict[str, str] = {}
+    section = (cls.__doc__ or "").partition("Attributes:")[2]
+    current: str | None = None
+    for line in section.splitlines():
+        entry = re.match(r"^\s{4,8}(\w+): (.*)$", line)
+        if entry and entry.group(1) in {f.name for f in fields(cls)}:
+            current = entry.group(1)
+            docs[current] = entry.group(2).strip()
+        elif current is not None and line.strip():
+            docs[current] += " " + line.strip()
+        elif not line.strip() and current is not None and docs[current].endswith("."):
+            current = None
+    return docs
+
+
+def _optional_fields_of(cls: type, names: tuple[str, ...]) -> dict[str, Any]:
+    hints = get_type_hints(cls)
+    docs = attribute_docs(cls)
+    return {
+        name: (hints[name] | None, Field(default=None, description=docs.get(name)))
+        for name in names
+    }
+
+
+def _sampling_fields() -> dict[str, Any]:
+    hints = get_type_hints(SamplingParams)
+    docs = attribute_docs(SamplingParams)
+    out: dict[str, Any] = {}
+    for field in fields(SamplingParams):
+        assert field.default is not MISSING
+        out[field.name] = (
+            hints[field.name],
+            Field(default=field.default, description=docs.get(field.name)),
+        )
+    return out
+
+
+def engine_settings_of(
+    adapter: BaseModel, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The engine settings a user set on ``adapter`` (plus ``extra``, e.g. ``engine_kwargs``)."""
+    chosen = {
+        name: getattr(adapter, name)
+        for name in ENGINE_SETTINGS
+        if name in adapter.model_fields_set and getattr(adapter, name) is not None
+    }
+    return chosen | dict(extra or {})
+
+
+class EngineBound(BaseModel):
+    """An adapter bound to an engine by its settings: they are checked at construction, and
+    ``binding`` reaches the engine they name."""
+
+    _binding: EngineBinding | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _engine_settings_are_valid(self) -> Self:
+        # EngineConfig holds the one copy of the rules; building it loads nothing.
+        EngineConfig(**self._engine_settings())
+        return self
+
+    def _supplied_engine(self) -> InferenceEngine | None:
+        """An engine the user passed in, to serve from instead of the registry's."""
+        return None
+
+    def _engine_settings(self) -> dict[str, Any]:
+        """The ``EngineConfig`` settings this adapter asks for."""
+        return engine_settings_of(self)
+
+    @property
+    def binding(self) -> EngineBinding:
+        """How this adapter reaches its engine (made from its fields on first use)."""
+        if self._binding is None:
+            self._binding = EngineBinding(
+                model=getattr(self, "model", None),
+                settings=self._engine_settings(),
+                engine=self._supplied_engine(),
+            )
+        return self._binding
+
+
+if TYPE_CHECKING:
+    # The fields are made at run time; to the type checker they are attributes of any type.
+
+    class EngineSettings(EngineBound):
+        """Optional ``EngineConfig`` settings (fields are made from the dataclass)."""
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    class SamplingSettings(BaseModel):
+        """``SamplingParams`` as adapter fields (made from the dataclass)."""
+
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    EngineSettings = create_model(
+        "EngineSettings",
+        __base__=EngineBound,
+        __doc__="Optional ``EngineConfig`` settings (``None``: the engine's default).",
+        **_optional_fields_of(EngineConfig, ENGINE_SETTINGS),
+    )
+    SamplingSettings = create_model(
+        "SamplingSettings",
+        __doc__="How tokens are sampled, per ``SamplingParams`` (calls may override each).",
+        **_sampling_fields(),
+    )
+
+
+class CallSettings(BaseModel):
+    """Per-request settings shared by the chat adapters; calls may override each by keyword."""
+
+    timeout: float | None = Field(
+        default=None, gt=0.0, description="Seconds a request may take from submission."
+    )
+    logprobs: bool | None = Field(
+        default=None,
+        description="Return log-probabilities of the generated tokens (each token, then the "
+        "top_logprobs most likely tokens at its step).",
+    )
+    top_logprobs: int | None = Field(
+        default=None, ge=0, le=20, description="Most likely tokens reported per step."
+    )
+    chat_template: str | None = Field(
+        default=None, description="A Jinja chat template used instead of the GGUF's own."
+    )
+    image_policy: ImagePolicy = Field(
+        default=DEFAULT_IMAGE_POLICY,
+        description="Which image sources are read: by default in-memory data only (base64, "
+        "data URIs); allow local directories or remote URLs here.",
+    )

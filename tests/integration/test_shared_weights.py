@@ -1,0 +1,104 @@
+"""One copy of a model's weights per process, whatever each adapter asks for.
+
+The four adapters below differ in serving settings (a projector, a longer context, none at
+all), so the registry gives them different engines; those engines must still share one load of
+the GGUF. Counted the way the kernel sees it: the file's mappings in ``/proc/self/maps``, in a
+fresh process so that no other test's engine is in the count.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ADAPTERS_SCRIPT = """
+import json, sys
+from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
+from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
+from llamacpp_integrations.engine import live_engines
+
+model, projector = sys.argv[1], sys.argv[2]
+
+def mappings(path):
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if line.rstrip().endswith(path))
+
+chat = ChatLlamaCpp(model=model, mmproj=projector, max_tokens=2, temperature=0)
+embeddings = LlamaCppEmbeddings(model=model)
+llm = LlamaCpp(model=model, n_ctx_per_seq=4096, max_tokens=2, temperature=0)
+embedding = LlamaCppEmbedding(model=model)
+chat.invoke("Hi")
+embeddings.embed_query("hello")
+llm.complete("Hi")
+embedding.get_text_embedding("hello")
+engines = {id(chat.binding.get()), id(embeddings.binding.get()), id(llm.engine),
+           id(embedding.engine)}
+print(json.dumps({"mappings": mappings(model), "engines": len(engines),
+                  "live": len(live_engines())}))
+"""
+
+OVERRIDE_SCRIPT = """
+import json, sys
+from llamacpp_integrations.engine import registry
+from llamacpp_integrations.langchain import ChatLlamaCpp
+
+model, other = sys.argv[1], sys.argv[2]
+opened = []
+open_engine = registry.open_local_engine
+def counting(config):
+    opened.append(config.model)
+    return open_engine(config)
+registry.open_local_engine = counting
+
+def regions(path):
+    with open("/proc/self/maps") as maps:
+        return [line.split()[0] for line in maps if line.rstrip().endswith(path)]
+
+# The other test model's GGUF carries no chat template: give one per call.
+template = "{% for m in messages %}{{ m.content }} {% endfor %}"
+llm = ChatLlamaCpp(model=model, max_tokens=2, temperature=0)
+seen = []
+for _ in range(5):
+    reply = llm.invoke("Hi", model=other, chat_template=template)
+    assert reply.response_metadata["model_name"] == other
+    seen.append(regions(other))
+print(json.dumps({"loads": opened.count(other), "regions": seen}))
+"""
+
+
+def _run(script: str, *args: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_four_adapters_with_different_settings_map_the_gguf_once(
+    smollm_path: Path, projector: Path
+) -> None:
+    result = _run(ADAPTERS_SCRIPT, str(smollm_path.resolve()), str(projector))
+    # Three configurations (projector; 4096-token context; defaults shared by both
+    # embedders), one copy of the weights.
+    assert result == {"mappings": 1, "engines": 3, "live": 3}
+
+
+def test_a_per_call_model_override_loads_once_across_five_calls(
+    smollm_path: Path, gemma_path: Path
+) -> None:
+    result = _run(OVERRIDE_SCRIPT, str(smollm_path.resolve()), str(gemma_path.resolve()))
+    assert result["loads"] == 1
+    regions = result["regions"]
+    assert isinstance(regions, list) and len(regions) == 5
+    assert all(len(r) == 1 for r in regions) and len({r[0] for r in regions}) == 1

@@ -1,0 +1,209 @@
+"""The adapter core's logic without a model: option merging, response formats, the retry rule
+of the executors, and how a binding keeps and replaces engines (with stand-in engines)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from llamacpp_integrations import client
+from llamacpp_integrations.engine import (
+    ChatRequest,
+    EngineConfig,
+    StreamChunk,
+    Timings,
+    Usage,
+    registry,
+)
+from llamacpp_integrations.errors import (
+    EngineOverloadedError,
+    InvalidRequestError,
+    UnknownOptionError,
+)
+
+DEFAULTS = {"temperature": 0.5, "max_tokens": 10, "stop": ["\n"], "logprobs": None}
+
+
+# -- options ------------------------------------------------------------------------------------
+
+
+def test_call_keywords_override_the_defaults_and_none_keeps_them() -> None:
+    options = client.CallOptions.merge(
+        DEFAULTS, {"temperature": 0.0, "max_tokens": None, "top_k": 3}, owner="X"
+    )
+    assert options.sampling.temperature == 0.0 and options.sampling.top_k == 3
+    assert options.max_tokens == 10 and options.stop == ("\n",)
+    assert options.logprobs is None and options.tools is None
+
+
+def test_unknown_keywords_are_one_error_type_for_every_adapter() -> None:
+    with pytest.raises(UnknownOptionError, match="unexpected arguments for X: frobnicate"):
+        client.CallOptions.merge(DEFAULTS, {"frobnicate": True}, owner="X")
+    assert issubclass(UnknownOptionError, TypeError)
+    assert issubclass(UnknownOptionError, InvalidRequestError)
+    with pytest.raises(UnknownOptionError, match="tools"):
+        client.CallOptions.merge(DEFAULTS, {"tools": []}, owner="X", chat=False)
+
+
+def test_logprobs_tool_choice_and_single_stop_strings() -> None:
+    options = client.CallOptions.merge(
+        DEFAULTS,
+        {"logprobs": True, "top_logprobs": 3, "stop": "END", "tool_choice": False},
+        owner="X",
+    )
+    assert options.logprobs == 3 and options.stop == ("END",)
+    assert options.tool_choice is False  # False means "none", not the default
+
+
+def test_tools_and_a_response_format_together_are_refused() -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(InvalidRequestError, match="together"):
+        client.CallOptions.merge(
+            DEFAULTS, {"tools": [tool], "response_format": {"type": "json_object"}}, owner="X"
+        )
+
+
+def test_response_formats_in_every_shape() -> None:
+    class Pet(BaseModel):
+        name: str
+
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    read = client.read_response_format
+    assert read(Pet).schema == Pet.model_json_schema()
+    assert read({"type": "json_object"}).schema is None
+    assert read({"type": "json_object", "schema": schema}).schema == schema
+    assert read({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}).schema == (
+        schema
+    )
+    assert read({"type": "json_schema", "schema": schema}).schema == schema
+    assert read({"type": "json_schema", "json_schema": schema}).schema == schema
+    with pytest.raises(InvalidRequestError, match="response_format"):
+        read("json")
+
+
+# -- the executors' retry rule ------------------------------------------------------------------
+
+
+def _chunk(text: str, last: bool = False) -> StreamChunk:
+    if not last:
+        return StreamChunk(request_id="r", text=text)
+    return StreamChunk(
+        request_id="r",
+        text=text,
+        finish_reason="stop",
+        usage=Usage(prompt_tokens=1, completion_tokens=2),
+        timings=Timings(0, 0, 0, 0, 0),
+    )
+
+
+class ScriptedEngine:
+    """Each stream attempt follows a script: chunks, or an overload before or after them."""
+
+    def __init__(self, *scripts: list[StreamChunk | Exception]) -> None:
+        self.scripts = list(scripts)
+        self.attempts = 0
+
+    def stream(self, request: object) -> Generator[StreamChunk, None, None]:
+        script = self.scripts[self.attempts]
+        self.attempts += 1
+        for step in script:
+            if isinstance(step, Exception):
+                raise step
+            yield step
+
+    async def astream(self, request: object) -> AsyncGenerator[StreamChunk, None]:
+        for chunk in self.stream(request):
+            yield chunk
+
+
+PLAN = client.CallPlan(ChatRequest(messages=[{"role": "user", "content": "x"}]))
+RETRY = client.RetryPolicy(max_retries=2, base_delay_s=0.0)
+
+
+def test_a_stream_refused_before_its_first_piece_is_retried() -> None:
+    engine = ScriptedEngine([EngineOverloadedError("full")], [_chunk("a"), _chunk("b", True)])
+    pieces = list(client.stream(engine, PLAN, RETRY))  # type: ignore[arg-type]
+    assert engine.attempts == 2
+    assert "".join(p.text for p in pieces) == "ab"
+
+
+async def test_an_async_stream_refused_before_its_first_piece_is_retried() -> None:
+    engine = ScriptedEngine([EngineOverloadedError("full")], [_chunk("a"), _chunk("b", True)])
+    pieces = [p async for p in client.astream(engine, PLAN, RETRY)]  # type: ignore[arg-type]
+    assert engine.attempts == 2
+    assert "".join(p.text for p in pieces) == "ab"
+
+
+def test_a_failure_after_the_first_piece_is_not_retried() -> None:
+    engine = ScriptedEngine([_chunk("a"), EngineOverloadedError("late")], [_chunk("b", True)])
+    stream = client.stream(engine, PLAN, RETRY)  # type: ignore[arg-type]
+    assert next(stream).text == "a"
+    with pytest.raises(EngineOverloadedError, match="late"):
+        next(stream)
+    assert engine.attempts == 1
+
+
+def test_retries_run_out() -> None:
+    engine = ScriptedEngine(*[[EngineOverloadedError("full")]] * 3)
+    with pytest.raises(EngineOverloadedError):
+        list(client.stream(engine, PLAN, RETRY))  # type: ignore[arg-type]
+    assert engine.attempts == 3
+    assert [RETRY.pause(n) for n in range(3)] == [0.0, 0.0, None]
+
+
+# -- the binding --------------------------------------------------------------------------------
+
+
+class StandInEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.closed = False
+
+
+@pytest.fixture
+def opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    names: list[str] = []
+
+    def open_engine(config: EngineConfig) -> Any:
+        assert config.model is not None
+        names.append(Path(config.model).name)
+        return StandInEngine(config)
+
+    monkeypatch.setattr(registry, "open_local_engine", open_engine)
+    for name in ("a.gguf", "b.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    return names
+
+
+def test_a_binding_loads_once_keeps_overrides_and_replaces_a_closed_engine(
+    opened: list[str],
+) -> None:
+    binding = client.EngineBinding(model="a.gguf", settings={"n_seq_max": 2})
+    assert binding.loaded() is None
+    first = binding.get()
+    assert binding.get() is first and binding.loaded() is first
+    override = binding.get("b.gguf")
+    for _ in range(4):
+        assert binding.get("b.gguf") is override
+    assert opened == ["a.gguf", "b.gguf"]
+    first.closed = True  # type: ignore[attr-defined]
+    assert binding.get() is not first
+    assert opened == ["a.gguf", "b.gguf", "a.gguf"]
+    assert binding.get().config.n_seq_max == 2  # type: ignore[attr-defined]
+
+
+async def test_a_binding_loads_off_the_event_loop(opened: list[str]) -> None:
+    binding = client.EngineBinding(model="a.gguf", settings={})
+    engine = await binding.aget()
+    assert engine is binding.get() and opened == ["a.gguf"]
+
+
+def test_an_engine_given_by_the_user_is_used_as_it_is(opened: list[str]) -> None:
+    mine = StandInEngine(EngineConfig(model="a.gguf"))
+    binding = client.EngineBinding(model=None, settings={}, engine=mine)  # type: ignore[arg-type]
+    assert binding.get() is mine and binding.loaded() is mine and opened == []
