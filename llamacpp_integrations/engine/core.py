@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 from ..errors import (
     EngineClosedError,
@@ -24,6 +23,7 @@ from ..errors import (
     RequestCancelledError,
     RequestTimeoutError,
 )
+from .active import ActiveRequest
 from .config import EngineConfig
 from .embedder import EmbeddingContext
 from .embedding_queue import EmbeddingQueue
@@ -32,29 +32,13 @@ from .logprobs import LogprobComputer
 from .output import OutputProcessor
 from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
-from .sampler import SamplerChain
 from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
-from .types import EngineStats, FinishReason, SlotStats, StreamChunk, Timings, TokenLogprob, Usage
+from .types import EngineStats, FinishReason, SlotStats, StreamChunk
 from .vision import VisionProjector
 
 __all__ = ["EngineCore", "StatsBoard"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
-
-
-@dataclass
-class ActiveRequest:
-    """Worker-owned state of one running generation request."""
-
-    prepared: PreparedRequest
-    seq: SeqState
-    sampler: SamplerChain
-    output: OutputProcessor
-    admitted_at: float
-    first_token_at: float | None = None
-    generated: list[int] = field(default_factory=list)
-    unsent_ids: list[int] = field(default_factory=list)
-    unsent_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 class StatsBoard:
@@ -348,8 +332,8 @@ class EngineCore:
                 text=text,
                 token_ids=tuple(active.unsent_ids),
                 finish_reason=reason,
-                usage=self._usage(active),
-                timings=self._timings(active, now),
+                usage=active.usage(),
+                timings=active.timings(now),
                 logprobs=tuple(active.unsent_logprobs),
             )
         else:
@@ -368,30 +352,6 @@ class EngineCore:
         # The stats show the request gone before its caller hears it ended.
         self.publish()
         request.channel.put(event)
-
-    @staticmethod
-    def _usage(active: ActiveRequest) -> Usage:
-        media = active.prepared.media
-        n_prompt = len(active.prepared.prompt_tokens)
-        n_reused = active.seq.n_reused
-        return Usage(
-            prompt_tokens=n_prompt if media is None else media.n_tokens,
-            completion_tokens=len(active.generated),
-            cached_prompt_tokens=n_reused if media is None else media.tokens_before(n_reused),
-            prompt_image_tokens=0 if media is None else media.n_image_tokens,
-        )
-
-    @staticmethod
-    def _timings(active: ActiveRequest, now: float) -> Timings:
-        submitted = active.prepared.submitted_at
-        first = active.first_token_at
-        return Timings(
-            queued_s=active.admitted_at - submitted,
-            time_to_first_token_s=None if first is None else first - submitted,
-            total_s=now - submitted,
-            prompt_eval_s=(first or now) - active.admitted_at,
-            generation_s=0.0 if first is None else now - first,
-        )
 
     def _cancel(self, request_id: str) -> None:
         active = self.active.get(request_id)
