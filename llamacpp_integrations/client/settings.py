@@ -100,7 +100,10 @@ class EngineBound(BaseModel):
     @model_validator(mode="after")
     def _engine_settings_are_valid(self) -> Self:
         # EngineConfig holds the one copy of the rules; building it loads nothing.
-        EngineConfig(**self._engine_settings())
+        try:
+            EngineConfig(**self._engine_settings())
+        except TypeError as error:  # a name EngineConfig does not have (engine_kwargs)
+            raise ValueError(f"unknown engine setting: {error}") from None
         return self
 
     def _supplied_engine(self) -> InferenceEngine | None:
