@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Self, get_type_hints
 from pydantic import BaseModel, Field, PrivateAttr, create_model, model_validator
 
 from ..engine import EngineConfig, InferenceEngine, SamplingParams
+from ..engine.config import Pooling
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
 from .binding import EngineBinding
 
@@ -127,17 +128,41 @@ class EngineBound(BaseModel):
 
 
 if TYPE_CHECKING:
-    # The fields are made at run time; to the type checker they are attributes of any type.
+    # At run time the fields below are made from EngineConfig and SamplingParams (the branch
+    # after this one); type checkers need them written out. tests/unit/test_settings.py checks
+    # that these declarations match the dataclasses, so they cannot drift.
 
     class EngineSettings(EngineBound):
-        """Optional ``EngineConfig`` settings (fields are made from the dataclass)."""
+        """Optional ``EngineConfig`` settings (``None``: the engine's default)."""
 
-        def __getattr__(self, name: str) -> Any: ...
+        mmproj: str | None = None
+        n_seq_max: int | None = None
+        n_ctx_per_seq: int | None = None
+        n_batch: int | None = None
+        n_threads: int | None = None
+        n_gpu_layers: int | None = None
+        flash_attention: bool | None = None
+        kv_unified: bool | None = None
+        use_mmap: bool | None = None
+        weight_repacking: bool | None = None
+        max_queued: int | None = None
+        embedding_pooling: Pooling | None = None
+        embedding_n_ctx: int | None = None
+        embedding_n_seq_max: int | None = None
 
     class SamplingSettings(BaseModel):
-        """``SamplingParams`` as adapter fields (made from the dataclass)."""
+        """How tokens are sampled, per ``SamplingParams`` (calls may override each)."""
 
-        def __getattr__(self, name: str) -> Any: ...
+        temperature: float = 0.8
+        top_k: int = 40
+        top_p: float = 0.95
+        min_p: float = 0.05
+        repeat_penalty: float = 1.0
+        presence_penalty: float = 0.0
+        frequency_penalty: float = 0.0
+        penalty_last_n: int = 64
+        logit_bias: Mapping[int, float] | None = None
+        seed: int | None = None
 
 else:
     EngineSettings = create_model(
@@ -154,7 +179,8 @@ else:
 
 
 class CallSettings(BaseModel):
-    """Per-request settings shared by the chat adapters; calls may override each by keyword."""
+    """Per-request settings shared by the chat adapters; calls may override each by keyword,
+    except ``image_policy``, which stays the adapter's."""
 
     timeout: float | None = Field(
         default=None, gt=0.0, description="Seconds a request may take from submission."

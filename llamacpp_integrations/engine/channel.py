@@ -98,6 +98,7 @@ class RequestHandle:
 
     @property
     def done(self) -> bool:
+        """Whether the request's last event (its end or its error) has been read."""
         return self._end is not None
 
     def cancel(self) -> None:

@@ -113,6 +113,11 @@ class EngineConfig:
             return False
         return self.flash_attention
 
+    def sequence_context(self, n_ctx_train: int | None) -> int:
+        """The context one sequence gets (``n_ctx_per_seq`` resolved) for a model trained on
+        ``n_ctx_train`` tokens (``None``: unknown)."""
+        return self.n_ctx_per_seq or min(n_ctx_train or 4096, 4096)
+
     @property
     def weights(self) -> WeightsKey:
         """The weights this configuration loads (call on a ``resolved()`` configuration)."""
@@ -121,6 +126,7 @@ class EngineConfig:
 
     @property
     def threads(self) -> int:
+        """``n_threads`` resolved: every core when it is ``None``."""
         return self.n_threads or os.cpu_count() or 1
 
     def resolved(self) -> EngineConfig:

@@ -80,7 +80,7 @@ class Engine:
         gguf = read_gguf_info(config.model)  # refuses bad files before llama.cpp can abort
         tile = None if config.mmproj is None else _projector_image_side(config.mmproj)
         self.config = config
-        self.n_ctx_per_seq = config.n_ctx_per_seq or min(gguf.context_length or 4096, 4096)
+        self.n_ctx_per_seq = config.sequence_context(gguf.context_length)
         pooling = POOLING_TYPES.get(config.embedding_pooling)
         if pooling is None:  # "model": the GGUF's own pooling, else mean
             pooling = gguf.pooling_type if gguf.pooling_type not in (None, 0) else _MEAN_POOLING
@@ -138,6 +138,7 @@ class Engine:
 
     @property
     def closed(self) -> bool:
+        """True once ``close`` ran or the worker stopped; every call then fails."""
         return self._inbox.closed or not self._host.alive()
 
     def close(self) -> None:
@@ -164,6 +165,7 @@ class Engine:
         return self._model.tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """The text of ``tokens`` (control tokens shown only with ``special``)."""
         return self._model.detokenize(tokens, special=special)
 
     @property
@@ -239,6 +241,7 @@ class Engine:
         yield from self.submit(request)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
+        """Async ``generate``; cancelling the awaiting task cancels the request."""
         handle = await self.asubmit(request)
         try:
             return await handle.aresult()
@@ -246,6 +249,7 @@ class Engine:
             handle.cancel()  # reached early only when the awaiting task was cancelled
 
     async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        """Async ``stream``; closing the generator or cancelling the task cancels the request."""
         handle = await self.asubmit(request)
         async for chunk in handle:
             yield chunk

@@ -30,9 +30,10 @@ from ..client import (
     EngineSettings,
     PreparedCall,
     SamplingSettings,
+    engine_settings_of,
 )
 from ..client.settings import SAMPLING_SETTINGS
-from ..engine import ChatRequest, InferenceEngine
+from ..engine import ChatRequest, EngineConfig, InferenceEngine
 from ..models import read_gguf_info, resolve_model_path
 from ..multimodal import image_reader_for
 from ..tools import ToolStreamChunk
@@ -78,7 +79,9 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     keywords; unknown keywords raise ``UnknownOptionError`` (a ``TypeError``).
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
+    # An unknown argument (another integration's ``model_path``, ``n_ctx``...) is an error,
+    # not silently dropped.
+    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True, extra="forbid")
 
     model: str | None = None
     """A ``.gguf`` path, a known short name (``smollm2-135m``), ``hf://owner/repo/file.gguf``,
@@ -88,6 +91,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     max_tokens: int | None = None
     """Most tokens to generate; ``None`` lets the answer run to the end of its context."""
     stop: list[str] | None = Field(default=None, alias="stop_sequences")
+    """Strings that end the answer (never part of it); ``stop=`` per call replaces them."""
     max_retries: int = 2
     """Retries when the engine's queue is full (``EngineOverloadedError``), before the first
     token only, for streams too."""
@@ -144,9 +148,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
             info = read_gguf_info(resolve_model_path(self.model))
         except Exception:
             return None
-        context = info.context_length or 4096
-        if self.n_ctx_per_seq:
-            context = min(context, self.n_ctx_per_seq)
+        # What one request gets from the engine these settings make, not the training context.
+        context = EngineConfig(**engine_settings_of(self)).sequence_context(info.context_length)
         images = self.engine.info.supports_images if self.engine is not None else bool(self.mmproj)
         return ModelProfile(
             name=info.name or Path(str(self.model)).stem,
@@ -173,6 +176,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         return self._get_engine().tokenize(text)
 
     def get_num_tokens(self, text: str) -> int:
+        """How many tokens ``text`` is, with the model's own tokenizer."""
         return len(self.get_token_ids(text))
 
     def get_num_tokens_from_messages(

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
 from ..client import EngineSettings, engine_settings_of
 from ..client.embedding import EmbeddingSettings, aembed_texts, embed_texts
@@ -32,6 +32,11 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
     Texts longer than the engine's ``embedding_n_ctx`` tokens raise ``ContextOverflowError``
     unless ``truncate`` is set. Vectors are L2-normalised unless ``normalize`` is off.
     """
+
+    # An unknown argument (``model_path``...) is an error, not dropped.
+    model_config = ConfigDict(
+        arbitrary_types_allowed=True, protected_namespaces=("pydantic_model_",), extra="forbid"
+    )
 
     model: str | None = Field(
         default=None,

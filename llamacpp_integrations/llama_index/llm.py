@@ -23,7 +23,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_NUM_OUTPUTS
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
@@ -92,7 +92,8 @@ class LlamaCpp(
     the same names for one call: the sampling fields, ``max_tokens``, ``stop``, ``timeout``,
     ``logprobs``, ``top_logprobs``, ``chat_template``, and ``model`` (another model for this
     call). ``chat`` also takes ``tools`` (OpenAI-style dicts or LlamaIndex tools),
-    ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or a tool name),
+    ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` / ``"any"`` / ``True``, a tool name,
+    or ``{"type": "function", "function": {"name": ...}}``),
     ``parallel_tool_calls`` and ``response_format`` (a pydantic class, ``{"type":
     "json_object"}`` or an OpenAI ``json_schema`` format). Unknown keyword arguments raise
     ``UnknownOptionError`` (an ``InvalidRequestError``).
@@ -103,6 +104,9 @@ class LlamaCpp(
     message and, OpenAI-shaped, its ``additional_kwargs["tool_calls"]``. Streamed responses are
     cumulative (``message`` so far, ``delta`` new); the last one carries usage and timings.
     """
+
+    # An unknown argument (``model_path``, ``context_window``...) is an error, not dropped.
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     model: str | None = Field(
         default=None,

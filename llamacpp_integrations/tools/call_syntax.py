@@ -2,7 +2,8 @@
 
 Every syntax wraps JSON call objects (``{"name": ..., "arguments": {...}}``) in its own markers:
 
-* ``hermes`` (Hermes, Qwen 2.5 / 3, SmolLM, and the fallback prompt here):
+* ``hermes`` (Hermes, Qwen 2.5 / 3, and the fallback prompt here, which templates without tool
+  support, such as SmolLM2's ChatML, get):
   ``<tool_call>{"name": "f", "arguments": {...}}</tool_call>``, one block per call;
 * ``llama3`` (Llama 3.1 - 3.3 custom tools): the whole answer is ``{"name": "f", "parameters":
   {...}}``, optionally after ``<|python_tag|>``; several calls are separated by ``;``;

@@ -39,12 +39,16 @@ def test_construction_loads_nothing() -> None:
 def test_profile_comes_from_the_gguf_header() -> None:
     profile = ChatLlamaCpp(model="smollm2-135m").profile
     assert profile is not None
-    assert profile["max_input_tokens"] == 8192  # SmolLM2's trained context
+    # What one request gets from the engine: n_ctx_per_seq's default (2048), not SmolLM2's
+    # trained 8192, which a prompt sized by the profile would overflow.
+    assert profile["max_input_tokens"] == 2048
     assert profile["tool_calling"] and profile["structured_output"]
     assert profile["image_inputs"] is False
     assert (
         ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=1024).profile["max_input_tokens"] == 1024
     )  # type: ignore[index]
+    capped = ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=0).profile
+    assert capped is not None and capped["max_input_tokens"] == 4096  # trained, capped
     assert ChatLlamaCpp(model="/no/such/model.gguf").profile is None
 
 
