@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -18,47 +17,10 @@ from .multimodal import ImagePolicy, load_image
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
 def _demo(args: argparse.Namespace) -> int:
-    with Engine(EngineConfig(model=args.model, n_seq_max=4)) as engine:
-        print(f"model: {engine.info.name} ({engine.info.architecture}, {engine.info.path})")
-        question = "Give me three tips for writing clear Python code."
-        print(f"\nuser: {question}\nassistant: ", end="", flush=True)
-        request = ChatRequest(
-            messages=[ChatMessage(role="user", content=question)],
-            max_tokens=args.max_tokens,
-            sampling=SamplingParams(temperature=0.0),
-        )
-        final = None
-        for chunk in engine.stream(request):
-            print(chunk.text, end="", flush=True)
-            final = chunk
-        if final is not None and final.usage is not None and final.timings is not None:
-            rate = final.usage.completion_tokens / max(final.timings.generation_s, 1e-9)
-            print(
-                f"\n\n[{final.finish_reason}; {final.usage.prompt_tokens} prompt + "
-                f"{final.usage.completion_tokens} generated tokens, {rate:.0f} tokens/s]"
-            )
-        query = "Which river flows into the Mediterranean?"
-        documents = [
-            "The Nile flows north through Egypt into the Mediterranean Sea.",
-            "Mount Everest is the highest mountain above sea level.",
-            "Photosynthesis turns light into chemical energy in plants.",
-            "The Amazon rainforest spans several South American countries.",
-        ]
-        vectors = engine.embed([query, *documents])
-        print(f"\nembedding similarity to: {query!r}")
-        ranked = sorted(
-            zip(documents, vectors[1:], strict=True),
-            key=lambda pair: -_cosine(vectors[0], pair[1]),
-        )
-        for document, vector in ranked:
-            print(f"  {_cosine(vectors[0], vector):+.3f}  {document}")
-    return 0
+    from .demo import run_demo
+
+    return run_demo(args.model, args.max_tokens)
 
 
 def _images(paths: Sequence[str], max_side: int | None) -> list[dict[str, Any]]:
@@ -132,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llamacpp-integrations", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, handler, about in (
-        ("demo", _demo, "stream a chat answer and rank texts by embedding similarity"),
+        ("demo", _demo, "a LangChain tool chain, LlamaIndex RAG and batching, on one model"),
         ("chat", _chat, "an interactive chat"),
         ("info", _info, "print a model's GGUF metadata"),
     ):
@@ -140,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", default=None, help="path, short name or hf://owner/repo/file")
         sub.set_defaults(handler=handler)
         if name != "info":
-            sub.add_argument("--max-tokens", type=int, default=200)
+            sub.add_argument("--max-tokens", type=int, default=48 if name == "demo" else 200)
     commands.choices["info"].add_argument("--template", action="store_true")
     chat = commands.choices["chat"]
     chat.add_argument("--mmproj", default=None, help="the model's image projector (mmproj GGUF)")

@@ -16,11 +16,16 @@ def test_info_prints_the_metadata(smollm_path: Path, capsys: pytest.CaptureFixtu
     assert "llama" in out and "576" in out and "chat template: yes" in out
 
 
-def test_demo_streams_and_ranks(smollm_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_shows_a_tool_chain_rag_and_batching(
+    smollm_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["demo", "--model", str(smollm_path), "--max-tokens", "12"]) == 0
     out = capsys.readouterr().out
-    assert "assistant:" in out and "embedding similarity" in out
-    assert out.count("  +") + out.count("  -") == 4
+    assert "tool call (grammar-constrained): get_weather({'city':" in out
+    assert "retrieved: The Zorblax fruit" in out
+    assert "one after another" in out and "together (one batch)" in out
+    assert "speed-up from batching" in out
+    assert out.rstrip().endswith("loaded copies of the weights: 1")
 
 
 def test_chat_reads_turns_until_an_empty_line(
