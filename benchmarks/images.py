@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import llama_cpp
+import results
 from llama_cpp.llama_chat_format import Llava15ChatHandler
 from PIL import Image
 from throughput import eog_bias, match_weight_repacking
@@ -109,7 +110,7 @@ def ours_round(engine: Engine, pngs: list[bytes], question: str, max_tokens: int
 
 
 def forget(engine: Engine) -> None:
-    engine.run_on_worker(lambda core: core._drop_idle_caches())
+    engine.clear_cache()
 
 
 # ---- peer -----------------------------------------------------------------------------------
@@ -198,6 +199,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     print(
         f"{args.users} image chats (shared system prompt), {args.max_tokens} tokens each, "
@@ -205,12 +207,27 @@ def main() -> None:
     )
     header = f"{'round':<34} {'ours':>9} {'peer':>9} {'speed-up':>9}   prompt tokens evaluated"
     print(header)
+    rounds: list[dict[str, object]] = []
     for question, ours, peer in runs(args):
+        rounds.append({"round": question, "ours": vars(ours), "peer": vars(peer)})
         print(
             f"{question:<34} {ours.wall_s:>8.2f}s {peer.wall_s:>8.2f}s "
             f"{peer.wall_s / ours.wall_s:>8.2f}x   ours {ours.evaluated} of {ours.prompt}, "
             f"peer {peer.evaluated} of {peer.prompt}"
         )
+    results.write(
+        args.json,
+        "images",
+        {
+            "model": args.model,
+            "projector": args.mmproj or "the tests' tiny random-weight llava-style projector",
+            "users": args.users,
+            "max_tokens": args.max_tokens,
+            "repeat": args.repeat,
+            "peer": f"llama-cpp-python {llama_cpp.__version__} Llava15ChatHandler",
+        },
+        rounds=rounds,
+    )
 
 
 if __name__ == "__main__":

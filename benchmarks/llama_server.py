@@ -26,9 +26,11 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
+import results
 from throughput import (
     QUESTIONS,
     WARMUP,
@@ -141,6 +143,7 @@ def main() -> None:
         action="store_true",
         help="leave the server's KV layout and flash attention at its own defaults",
     )
+    parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     if not Path(args.server).exists():
         sys.exit(f"no llama-server at {args.server}: run `make llama-server` first")
@@ -149,7 +152,7 @@ def main() -> None:
     slots, n_ctx_per_seq = max(levels), 1024
 
     config = EngineConfig(model=args.model, n_seq_max=slots, n_ctx_per_seq=n_ctx_per_seq)
-    results: dict[int, tuple[BatchResult, BatchResult]] = {}
+    measured: dict[int, tuple[BatchResult, BatchResult]] = {}
     mirror = not args.server_defaults
     with Engine(config) as engine:
         process = start_server(args.server, engine.info.path, threads, slots, n_ctx_per_seq, mirror)
@@ -158,7 +161,7 @@ def main() -> None:
             server_request(WARMUP, 8, time.perf_counter())
             # Alternating, so the drift of a noisy machine hits both sides alike.
             for n in levels:
-                results[n] = alternate(
+                measured[n] = alternate(
                     args.repeat,
                     partial(ours_batch_sync, engine, n, args.max_tokens),
                     partial(server_batch, n, args.max_tokens),
@@ -184,11 +187,29 @@ def main() -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in levels:
-        o, s = results[n]
+        o, s = measured[n]
         print(
             f"| {n} | {o.tok_s:.1f} | {s.tok_s:.1f} | {o.tok_s / s.tok_s:.2f}x "
             f"| {ms(o.mean_ttft_s)} | {ms(s.mean_ttft_s)} | {o.tokens}/{s.tokens} |"
         )
+    results.write(
+        args.json,
+        "llama_server",
+        {
+            "model": config.model,
+            "threads": threads,
+            "slots": slots,
+            "n_ctx_per_seq": n_ctx_per_seq,
+            "max_tokens": args.max_tokens,
+            "repeat": args.repeat,
+            "server_settings": "as ours (split KV, flash attention off)" if mirror else "defaults",
+            "repacking_off": cpu_advertises_amx(),
+        },
+        levels=[
+            {"concurrent": n, "ours": asdict(o), "server": asdict(s)}
+            for n, (o, s) in measured.items()
+        ],
+    )
 
 
 if __name__ == "__main__":

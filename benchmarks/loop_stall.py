@@ -71,6 +71,7 @@ async def main() -> None:
     parser.add_argument("--levels", default="8,16")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     llm = ChatLlamaCpp(
@@ -79,6 +80,7 @@ async def main() -> None:
     await llm.ainvoke("warm up")  # loads the model; not measured
     print(f"{'concurrent':>10} {'max gap ms':>11} {'p99 gap ms':>11} {'wall s':>7}")
     round_index = 0
+    rows: list[dict[str, float]] = []
     for n in levels:
         results = []
         for _ in range(args.repeat):
@@ -88,6 +90,13 @@ async def main() -> None:
         p99 = statistics.median(r[1] for r in results)
         wall = statistics.median(r[2] for r in results)
         print(f"{n:>10} {worst * 1000:>11.1f} {p99 * 1000:>11.1f} {wall:>7.2f}")
+        rows.append({"concurrent": n, "max_gap_ms": worst * 1000, "p99_gap_ms": p99 * 1000})
+    results.write(
+        args.json,
+        "loop_stall",
+        {"model": args.model, "max_tokens": args.max_tokens, "repeat": args.repeat},
+        levels=rows,
+    )
 
 
 if __name__ == "__main__":

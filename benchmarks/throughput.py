@@ -40,13 +40,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from importlib.metadata import version
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar, cast
 
 import llama_cpp
+import results
 
 from llamacpp_integrations.engine import (
     ChatMessage,
@@ -338,17 +339,6 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -357,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--levels", default="1,4,8,16")
     parser.add_argument("--repeat", type=int, default=1, help="median of K runs")
     parser.add_argument("--quick", action="store_true", help="levels 1,4; 32 and 64 tokens")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args(argv)
     levels = [1, 4] if args.quick else [int(x) for x in args.levels.split(",")]
     max_tokens, single_tokens = (32, 64) if args.quick else (args.max_tokens, args.single_tokens)
@@ -369,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     peer = RemotePeer(engine.info.path, threads)
 
     print("# Throughput: llamacpp-integrations Engine vs llama-cpp-python Llama\n")
-    print(f"- machine: {cpu_name()}, {threads} cores, Python {platform.python_version()}")
+    print(f"- machine: {results.cpu_name()}, {threads} cores, Python {platform.python_version()}")
     print(f"- llama-cpp-python {version('llama-cpp-python')}, {threads} threads for both")
     print(f"- model: {engine.info.path} ({engine.info.size_bytes / 1e6:.0f} MB)")
     print(
@@ -389,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "| peer mean TTFT | peer 1st TTFT | ours wall | peer wall | tokens ours/peer |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    level_rows: list[dict[str, Any]] = []
     for n in levels:
         o, p = alternate(
             args.repeat,
@@ -401,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"| {ms(p.first_ttft_s)} | {o.wall_s:.2f} s | {p.wall_s:.2f} s "
             f"| {o.tokens}/{p.tokens} |"
         )
+        level_rows.append({"concurrent": n, "ours": asdict(o), "peer": asdict(p)})
 
     so, sp = alternate(
         args.repeat,
@@ -418,6 +411,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"| {name} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f}x |")
     print(f"| TTFT | {ms(so.ttft_s)} | {ms(sp.ttft_s)} | {so.ttft_s / sp.ttft_s:.2f}x |")
 
+    results.write(
+        args.json,
+        "throughput",
+        {
+            "model": engine.info.path,
+            "threads": threads,
+            "max_tokens": max_tokens,
+            "single_tokens": single_tokens,
+            "repeat": args.repeat,
+            "weight_repacking": repacking,
+            "peer": f"llama-cpp-python {version('llama-cpp-python')} Llama, one request at a time",
+        },
+        levels=level_rows,
+        single_stream={"ours": asdict(so), "peer": asdict(sp)},
+        peer_short=peer.short,
+    )
     if peer.short:
         print("\nWARNING: peer requests that stopped before max_tokens (its tok/s is overstated):")
         for line in peer.short:

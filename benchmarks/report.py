@@ -1,0 +1,311 @@
+"""Render the benchmark results committed under ``benchmarks/results/`` into the docs page
+``docs/benchmarks.md`` with PNG plots in ``docs/assets/benchmarks/``.
+
+Runs no benchmark: ``make bench-report`` runs them first. Each figure says where it was
+measured; the headline is the ratio of the two sides measured in the same run, since absolute
+times move with the machine.
+
+    python benchmarks/report.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+import results
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "benchmarks.md"
+ASSETS = ROOT / "docs" / "assets" / "benchmarks"
+
+
+def load() -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in sorted(results.RESULTS_DIR.glob("*.json")):
+        document = json.loads(path.read_text())
+        found[document["benchmark"]] = document
+    return found
+
+
+def where(document: dict[str, Any]) -> str:
+    machine, settings = document["machine"], document["settings"]
+    model = Path(str(settings.get("model", "?"))).name
+    threads = settings.get("threads", machine["cores"])
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores, {threads} threads; model {model}; "
+        f"llama-cpp-python {machine['llama_cpp_python']}; measured {machine['date']}"
+    )
+
+
+def _plot(
+    name: str,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    series: dict[str, tuple[list[Any], list[float]]],
+) -> str:
+    figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    for label, (xs, ys) in series.items():
+        axes.plot(xs, ys, marker="o", label=label)
+    axes.set_title(title)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    ASSETS.mkdir(parents=True, exist_ok=True)
+    figure.savefig(ASSETS / f"{name}.png")
+    plt.close(figure)
+    return f"assets/benchmarks/{name}.png"
+
+
+def _bars(name: str, title: str, ylabel: str, bars: dict[str, float]) -> str:
+    figure, axes = plt.subplots(figsize=(6.4, 3.2), dpi=110)
+    axes.bar(list(bars), list(bars.values()), color=["#3b7dd8", "#9a9a9a", "#c9a227"][: len(bars)])
+    axes.set_title(title)
+    axes.set_ylabel(ylabel)
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    ASSETS.mkdir(parents=True, exist_ok=True)
+    figure.savefig(ASSETS / f"{name}.png")
+    plt.close(figure)
+    return f"assets/benchmarks/{name}.png"
+
+
+def throughput_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    lines: list[str] = []
+    llama = found.get("throughput")
+    server = found.get("llama_server")
+    if llama is None and server is None:
+        return lines
+    lines += ["## Generation throughput", ""]
+    series: dict[str, tuple[list[Any], list[float]]] = {}
+    ttft: dict[str, tuple[list[Any], list[float]]] = {}
+    if server is not None:
+        levels = server["levels"]
+        xs = [row["concurrent"] for row in levels]
+        series["ours (vs llama-server run)"] = (xs, [_tok_s(r["ours"]) for r in levels])
+        series["llama.cpp llama-server"] = (xs, [_tok_s(r["server"]) for r in levels])
+        ttft["ours (vs llama-server run)"] = (xs, [r["ours"]["mean_ttft_s"] * 1000 for r in levels])
+        ttft["llama.cpp llama-server"] = (xs, [r["server"]["mean_ttft_s"] * 1000 for r in levels])
+        ratios = " / ".join(f"{_tok_s(r['ours']) / _tok_s(r['server']):.2f}x" for r in levels)
+        headline.append(
+            f"| generated tokens/s vs llama.cpp `llama-server` at {'/'.join(map(str, xs))} "
+            f"concurrent | {ratios} |"
+        )
+    if llama is not None:
+        levels = llama["levels"]
+        xs = [row["concurrent"] for row in levels]
+        series["ours (vs Llama run)"] = (xs, [_tok_s(r["ours"]) for r in levels])
+        series["llama-cpp-python Llama"] = (xs, [_tok_s(r["peer"]) for r in levels])
+        ttft["ours (vs Llama run)"] = (xs, [r["ours"]["mean_ttft_s"] * 1000 for r in levels])
+        ttft["llama-cpp-python Llama"] = (xs, [r["peer"]["mean_ttft_s"] * 1000 for r in levels])
+        ratios = " / ".join(f"{_tok_s(r['ours']) / _tok_s(r['peer']):.2f}x" for r in levels)
+        headline.append(
+            f"| generated tokens/s vs llama-cpp-python `Llama` at {'/'.join(map(str, xs))} "
+            f"concurrent | {ratios} |"
+        )
+    plot = _plot(
+        "throughput", "Aggregate generated tokens/s", "concurrent requests", "tokens/s", series
+    )
+    plot_ttft = _plot(
+        "ttft", "Mean time to first token", "concurrent requests", "ms (from batch start)", ttft
+    )
+    lines += [f"![tokens per second against concurrency]({plot})", ""]
+    lines += [f"![time to first token against concurrency]({plot_ttft})", ""]
+    for document, peer_key, peer_name in (
+        (server, "server", "llama-server"),
+        (llama, "peer", "Llama"),
+    ):
+        if document is None:
+            continue
+        lines += [
+            f"**Ours against {peer_name}**, one run ({where(document)}; "
+            f"{document['settings']['max_tokens']} tokens per request, greedy, "
+            f"median of {document['settings']['repeat']}):",
+            "",
+            f"| concurrent | ours tok/s | {peer_name} tok/s | ratio | ours mean TTFT "
+            f"| {peer_name} mean TTFT |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in document["levels"]:
+            mine, theirs = row["ours"], row[peer_key]
+            lines.append(
+                f"| {row['concurrent']} | {_tok_s(mine):.1f} | {_tok_s(theirs):.1f} "
+                f"| {_tok_s(mine) / _tok_s(theirs):.2f}x | {mine['mean_ttft_s'] * 1000:.0f} ms "
+                f"| {theirs['mean_ttft_s'] * 1000:.0f} ms |"
+            )
+        lines.append("")
+    if llama is not None:
+        single = llama["single_stream"]
+        ours_rate = _decode_rate(single["ours"])
+        peer_rate = _decode_rate(single["peer"])
+        lines += [
+            f"Single stream of {llama['settings']['single_tokens']} tokens: ours "
+            f"{ours_rate:.1f} tok/s, `Llama` {peer_rate:.1f} tok/s "
+            f"({ours_rate / peer_rate:.2f}x).",
+            "",
+        ]
+        headline.append(f"| single stream decode vs `Llama` | {ours_rate / peer_rate:.2f}x |")
+    return lines
+
+
+def _tok_s(run: dict[str, float]) -> float:
+    return run["tokens"] / run["wall_s"]
+
+
+def _decode_rate(run: dict[str, float]) -> float:
+    return (run["tokens"] - 1) / run["decode_s"] if run["decode_s"] > 0 else float("nan")
+
+
+def embeddings_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    document = found.get("embeddings")
+    if document is None:
+        return []
+    mine, theirs = document["ours"], document["peer"]
+    n = document["settings"]["texts"]
+    lines = ["## Embeddings", ""]
+    if "error" in theirs:
+        lines += [f"langchain-community's `LlamaCppEmbeddings` failed: {theirs['error']}", ""]
+        return lines
+    plot = _bars(
+        "embeddings",
+        f"embed_documents of {n} short texts",
+        "texts/s",
+        {"ours": mine["texts_per_s"], "langchain-community": theirs["texts_per_s"]},
+    )
+    lines += [
+        f"![embedding throughput]({plot})",
+        "",
+        f"{n} short texts through `embed_documents` ({where(document)}; median of "
+        f"{document['settings']['repeat']}):",
+        "",
+        "| | texts/s | vectors returned for the texts |",
+        "|---|---:|---:|",
+        f"| ours | {mine['texts_per_s']:.1f} | {mine['vectors']:.0f} |",
+        f"| langchain-community `LlamaCppEmbeddings` | {theirs['texts_per_s']:.1f} "
+        f"| {theirs['vectors']:.0f} |",
+        "",
+        "langchain-community gets one vector per token from a model without pooling and returns "
+        "them all, so its list is not one vector per text.",
+        "",
+    ]
+    headline.append(
+        f"| embeddings texts/s vs langchain-community | "
+        f"{mine['texts_per_s'] / theirs['texts_per_s']:.2f}x |"
+    )
+    return lines
+
+
+def images_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    document = found.get("images")
+    if document is None:
+        return []
+    settings = document["settings"]
+    rounds = document["rounds"]
+    lines = [
+        "## Images",
+        "",
+        f"{settings['users']} users each send a different picture under a shared system "
+        f"prompt, then ask a follow-up about it; {settings['max_tokens']} tokens per answer "
+        f"({where(document)}; projector: {settings['projector']}; peer: {settings['peer']}, "
+        f"median of {settings['repeat']}).",
+        "",
+        "| round | ours | peer | speed-up | prompt tokens evaluated (ours / peer) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    bars: dict[str, float] = {}
+    for index, row in enumerate(rounds):
+        mine, theirs = row["ours"], row["peer"]
+        speedup = theirs["wall_s"] / mine["wall_s"]
+        label = "first question" if index == 0 else "follow-up"
+        lines.append(
+            f"| {label} | {mine['wall_s']:.2f} s | {theirs['wall_s']:.2f} s | {speedup:.2f}x "
+            f"| {mine['evaluated']} of {mine['prompt']} / {theirs['evaluated']} of "
+            f"{theirs['prompt']} |"
+        )
+        bars[f"ours, {label}"] = mine["wall_s"]
+        bars[f"peer, {label}"] = theirs["wall_s"]
+        headline.append(f"| image chat, {label}, vs llama-cpp-python's handler | {speedup:.2f}x |")
+    lines += ["", f"![image round trip]({_image_plot(rounds)})", ""]
+    return lines
+
+
+def _image_plot(rounds: list[dict[str, Any]]) -> str:
+    labels = ["first question", "follow-up"][: len(rounds)]
+    return _plot(
+        "images",
+        "Image chats: wall time per round",
+        "round",
+        "seconds",
+        {
+            "ours": (labels, [r["ours"]["wall_s"] for r in rounds]),
+            "llama-cpp-python Llava15ChatHandler": (labels, [r["peer"]["wall_s"] for r in rounds]),
+        },
+    )
+
+
+def loop_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    document = found.get("loop_stall")
+    if document is None:
+        return []
+    lines = [
+        "## Event loop",
+        "",
+        f"Longest stall of the asyncio event loop while N `ChatLlamaCpp.ainvoke` calls run "
+        f"({where(document)}; median of {document['settings']['repeat']}):",
+        "",
+        "| concurrent | longest gap | p99 gap |",
+        "|---:|---:|---:|",
+    ]
+    for row in document["levels"]:
+        lines.append(
+            f"| {row['concurrent']} | {row['max_gap_ms']:.1f} ms | {row['p99_gap_ms']:.1f} ms |"
+        )
+        headline.append(
+            f"| longest event-loop stall, {row['concurrent']} concurrent `ainvoke` "
+            f"| {row['max_gap_ms']:.1f} ms |"
+        )
+    return [*lines, ""]
+
+
+def render() -> str:
+    found = load()
+    headline: list[str] = []
+    body = [
+        *throughput_section(found, headline),
+        *embeddings_section(found, headline),
+        *images_section(found, headline),
+        *loop_section(found, headline),
+    ]
+    page = [
+        "# Benchmarks",
+        "",
+        "Measured with `make bench-report`, which runs the benchmarks in `benchmarks/` and "
+        "renders this page from their results (`benchmarks/results/*.json`). Each comparison "
+        "runs both sides in the same run, one at a time, on the same GGUF and thread count; the "
+        "ratios are the headline, since absolute times move with the machine. The model is the "
+        "test model, SmolLM2-135M-Instruct (Q4_1), on a CPU.",
+        "",
+        "| headline (ours / peer, same run) | result |",
+        "|---|---:|",
+        *headline,
+        "",
+        *body,
+    ]
+    return "\n".join(page).rstrip() + "\n"
+
+
+def main() -> None:
+    PAGE.write_text(render())
+    print(f"wrote {PAGE.relative_to(ROOT)} and {ASSETS.relative_to(ROOT)}/")
+
+
+if __name__ == "__main__":
+    main()

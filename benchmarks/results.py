@@ -1,0 +1,46 @@
+"""Benchmark results as data: each benchmark can write what it measured, with the machine it
+ran on, as JSON under ``benchmarks/results/`` for ``report.py`` to render."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """What a figure must say about where it was measured."""
+    return {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count() or 1,
+        "python": platform.python_version(),
+        "llama_cpp_python": version("llama-cpp-python"),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def write(path: str | Path | None, benchmark: str, settings: dict[str, Any], **data: Any) -> None:
+    """Write one benchmark's results (nothing when ``path`` is None)."""
+    if path is None:
+        return
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    document = {"benchmark": benchmark, "machine": machine(), "settings": settings, **data}
+    out.write_text(json.dumps(document, indent=1) + "\n")
