@@ -5,17 +5,19 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 MODELS ?= smollm2-135m gemma3-270m
 export LLAMACPP_INTEGRATIONS_MODELS ?= $(CURDIR)/.cache/models
+# mkdocs-material prints a banner about MkDocs 2 on every build; it is not a build warning.
+export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration bench bench-images bench-loop llama-server bench-server clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-report llama-server bench-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,hub,langchain,llama-index]'
+	$(BIN)/python -m pip install --quiet -e '.[test,hub,langchain,llama-index,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,7 +29,7 @@ demo: models
 	$(BIN)/llamacpp-integrations demo
 
 lint: install
-	$(BIN)/ruff check llamacpp_integrations tests benchmarks
+	$(BIN)/ruff check llamacpp_integrations tests benchmarks docs/_griffe
 	$(BIN)/mypy
 
 # Unit tests run on their own: in that session llama.cpp cannot be imported (tests/unit/conftest.py).
@@ -37,9 +39,24 @@ unit: install
 integration: models
 	$(BIN)/pytest tests/integration
 
+# Notebooks run after the other real-model tests; their executed copies (docs/notebooks/) are what
+# the site shows, so the strict docs build comes last.
 test: models lint
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest tests/integration tests/standard
+	$(BIN)/pytest tests/integration tests/standard tests/notebooks
+	$(BIN)/mkdocs build --strict --quiet
+
+# Execute the example notebooks (writing the executed copies the docs show).
+notebooks: models
+	$(BIN)/pytest tests/notebooks
+
+# The documentation site, built strict into site/ (every broken link or reference fails).
+docs: install
+	@ls docs/notebooks/*.ipynb >/dev/null 2>&1 || $(MAKE) notebooks
+	$(BIN)/mkdocs build --strict
+
+docs-serve: docs
+	$(BIN)/mkdocs serve
 
 bench: models
 	$(BIN)/python benchmarks/throughput.py
@@ -49,6 +66,19 @@ bench-images: models
 
 bench-loop: models
 	$(BIN)/python benchmarks/loop_stall.py
+
+# Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
+# About half an hour here (plus the llama-server build the first time).
+RESULTS := benchmarks/results
+bench-report: models $(LLAMA_SERVER)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/throughput.py --repeat 2 --json $(RESULTS)/throughput.json
+	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER) --repeat 2 \
+		--json $(RESULTS)/llama_server.json
+	$(BIN)/python benchmarks/embeddings.py --json $(RESULTS)/embeddings.json
+	$(BIN)/python benchmarks/images.py --json $(RESULTS)/images.json
+	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
+	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server, built from the sources vendored in the installed llama-cpp-python's
 # sdist (the same llama.cpp the engine runs), for the side-by-side benchmark only.
