@@ -400,8 +400,7 @@ class EngineCore:
         for active in list(self.active.values()):
             self._finish(active, "error", error=EngineClosedError("the engine was closed"))
         self.embeds.fail_all(lambda: EngineClosedError("the engine was closed"))
-        for work in self.inbox.close():
-            work.channel.put(EngineClosedError("the engine was closed", request_id=work.request_id))
+        self.inbox.close()
         if self._embedder is not None:
             self._embedder.close()
         if self._context is not None:

@@ -18,6 +18,7 @@ that has work, and sleep on the condition all inboxes share when none has.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import threading
@@ -148,8 +149,9 @@ class ModelHost:
 
         if threading.current_thread() is self.thread:
             self._post(drop)  # from a finalizer on the worker: it runs at the next turn
-        elif self.alive():
-            self._on_worker(drop, closing=True)
+            return
+        with contextlib.suppress(EngineClosedError):  # a stopped worker freed it all already
+            self._on_worker(drop)
 
     def release(self) -> None:
         """Give back a lease; the last one stops the worker and frees the weights."""
@@ -170,8 +172,12 @@ class ModelHost:
             self._controls.append(control)
             self.cond.notify_all()
 
-    def _on_worker(self, fn: Callable[[], T], *, closing: bool = False) -> T:
-        """Run ``fn`` on the worker between steps and return its result."""
+    def _on_worker(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the worker between steps and return its result.
+
+        Raises:
+            EngineClosedError: the worker stopped before running it.
+        """
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def call() -> None:
@@ -186,8 +192,6 @@ class ModelHost:
                 return future.result(_POLL_S)
             except concurrent.futures.TimeoutError:
                 if not self.alive():
-                    if closing:
-                        return None  # type: ignore[return-value]  # nothing left to close
                     raise EngineClosedError("the engine's worker stopped") from None
 
     # ---- projectors (worker thread) --------------------------------------------------------

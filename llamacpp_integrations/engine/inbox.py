@@ -184,14 +184,15 @@ class Inbox:
                 loop.call_soon_threadsafe(_resolve, room)
         self._room_waiters.clear()
 
-    def close(self) -> list[Work]:
-        """Refuse new work; returns what was still waiting so it can be answered."""
+    def close(self) -> None:
+        """Refuse new work and answer what still waits with ``EngineClosedError``."""
         with self._cond:
             self._closed = True
             left = list(self._waiting)
             self._waiting.clear()
             self._made_room()
-            return left
+        for work in left:
+            work.channel.put(EngineClosedError("the engine was closed", request_id=work.request_id))
 
     @property
     def closed(self) -> bool:

@@ -1,4 +1,5 @@
-"""One copy of a model's weights per process, whatever each adapter asks for.
+"""One copy of a model's weights per process, whatever each adapter asks for, and engines that
+share weights serving side by side.
 
 The four adapters below differ in serving settings (a projector, a longer context, none at
 all), so the registry gives them different engines; those engines must still share one load of
@@ -12,7 +13,16 @@ import json
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.engine import Engine, EngineConfig
+from llamacpp_integrations.engine.host import loaded_weights
+from llamacpp_integrations.errors import EngineClosedError
+
+from .helpers import QUESTIONS, chat, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,3 +112,45 @@ def test_a_per_call_model_override_loads_once_across_five_calls(
     regions = result["regions"]
     assert isinstance(regions, list) and len(regions) == 5
     assert all(len(r) == 1 for r in regions) and len({r[0] for r in regions}) == 1
+
+
+def test_engines_on_shared_weights_serve_side_by_side_without_cross_talk(
+    smollm_path: Path,
+) -> None:
+    model = str(smollm_path)
+    with (
+        Engine(EngineConfig(model=model, n_seq_max=2, n_ctx_per_seq=512)) as small,
+        Engine(EngineConfig(model=model, n_seq_max=4, n_ctx_per_seq=1024)) as large,
+    ):
+        assert loaded_weights().count(small.config.weights) == 1
+        requests = [chat(question, max_tokens=24) for question in QUESTIONS[:4]]
+        alone = [small.generate(r).text for r in requests[:2]]
+        alone += [large.generate(r).text for r in requests[2:]]
+        # Both engines at once: their steps take turns on the one worker thread.
+        with ThreadPoolExecutor(4) as pool:
+            together = list(
+                pool.map(
+                    lambda pair: pair[0].generate(pair[1]).text,
+                    [(small, requests[0]), (small, requests[1]),
+                     (large, requests[2]), (large, requests[3])],
+                )
+            )  # fmt: skip
+        # Greedy, and each engine's batch holds the same sequences as before: the same text.
+        assert together == alone
+
+
+def test_closing_one_engine_ends_its_requests_while_the_weights_serve_on(
+    smollm_path: Path,
+) -> None:
+    model = str(smollm_path)
+    with Engine(EngineConfig(model=model, n_seq_max=2)) as other:
+        engine = Engine(EngineConfig(model=model, n_seq_max=1, n_ctx_per_seq=512))
+        running = engine.submit(chat("Tell me a long story.", max_tokens=300, ignore_eos=True))
+        wait_for(engine, lambda stats: stats.running == 1)
+        waiting = engine.submit(chat("Wait.", max_tokens=4))
+        engine.close()
+        for handle in (running, waiting):
+            with pytest.raises(EngineClosedError):
+                handle.result()
+        assert engine.closed and not other.closed
+        assert other.generate(chat("Hi", max_tokens=2)).usage.completion_tokens > 0
