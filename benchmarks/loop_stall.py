@@ -21,6 +21,7 @@ import asyncio
 import statistics
 import time
 
+import results
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from llamacpp_integrations.langchain import ChatLlamaCpp
@@ -82,13 +83,13 @@ async def main() -> None:
     round_index = 0
     rows: list[dict[str, float]] = []
     for n in levels:
-        results = []
+        runs = []
         for _ in range(args.repeat):
             round_index += 1
-            results.append(await one_level(llm, n, round_index))
-        worst = statistics.median(r[0] for r in results)
-        p99 = statistics.median(r[1] for r in results)
-        wall = statistics.median(r[2] for r in results)
+            runs.append(await one_level(llm, n, round_index))
+        worst = statistics.median(r[0] for r in runs)
+        p99 = statistics.median(r[1] for r in runs)
+        wall = statistics.median(r[2] for r in runs)
         print(f"{n:>10} {worst * 1000:>11.1f} {p99 * 1000:>11.1f} {wall:>7.2f}")
         rows.append({"concurrent": n, "max_gap_ms": worst * 1000, "p99_gap_ms": p99 * 1000})
     results.write(
