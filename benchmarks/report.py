@@ -11,6 +11,7 @@ times move with the machine.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import results
+
+from llamacpp_integrations.errors import LlamaCppIntegrationError
+from llamacpp_integrations.models import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -33,9 +37,17 @@ def load() -> dict[str, dict[str, Any]]:
     return found
 
 
+def _model_file(spec: str) -> str:
+    """A model spec as its file name (short names resolved where the models are)."""
+    try:
+        return resolve_model_path(spec).name
+    except LlamaCppIntegrationError:
+        return Path(spec).name
+
+
 def where(document: dict[str, Any]) -> str:
     machine, settings = document["machine"], document["settings"]
-    model = Path(str(settings.get("model", "?"))).name
+    model = _model_file(str(settings.get("model", "?")))
     threads = settings.get("threads", machine["cores"])
     return (
         f"{machine['cpu']}, {machine['cores']} cores, {threads} threads; model {model}; "
@@ -49,8 +61,9 @@ def _plot(
     xlabel: str,
     ylabel: str,
     series: dict[str, tuple[list[Any], list[float]]],
+    caption: str,
 ) -> str:
-    figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    figure, axes = plt.subplots(figsize=(6.4, 3.9), dpi=110)
     for label, (xs, ys) in series.items():
         axes.plot(xs, ys, marker="o", label=label)
     axes.set_title(title)
@@ -58,20 +71,26 @@ def _plot(
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
     axes.legend()
-    figure.tight_layout()
+    _caption(figure, caption)
     ASSETS.mkdir(parents=True, exist_ok=True)
     figure.savefig(ASSETS / f"{name}.png")
     plt.close(figure)
     return f"assets/benchmarks/{name}.png"
 
 
-def _bars(name: str, title: str, ylabel: str, bars: dict[str, float]) -> str:
-    figure, axes = plt.subplots(figsize=(6.4, 3.2), dpi=110)
+def _caption(figure: Any, caption: str) -> None:
+    """Where it was measured, under the plot: a figure can travel without its page."""
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
+    figure.text(0.01, 0.01, textwrap.fill(caption, 110), fontsize=6, color="#555555")
+
+
+def _bars(name: str, title: str, ylabel: str, bars: dict[str, float], caption: str) -> str:
+    figure, axes = plt.subplots(figsize=(6.4, 3.5), dpi=110)
     axes.bar(list(bars), list(bars.values()), color=["#3b7dd8", "#9a9a9a", "#c9a227"][: len(bars)])
     axes.set_title(title)
     axes.set_ylabel(ylabel)
     axes.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
+    _caption(figure, caption)
     ASSETS.mkdir(parents=True, exist_ok=True)
     figure.savefig(ASSETS / f"{name}.png")
     plt.close(figure)
@@ -111,11 +130,25 @@ def throughput_section(found: dict[str, dict[str, Any]], headline: list[str]) ->
             f"| generated tokens/s vs llama-cpp-python `Llama` at {'/'.join(map(str, xs))} "
             f"concurrent | {ratios} |"
         )
+    measured = [d for d in (server, llama) if d is not None]
+    caption = "; ".join(dict.fromkeys(where(d) for d in measured)) + (
+        f"; {measured[0]['settings']['max_tokens']} tokens per request, greedy"
+    )
     plot = _plot(
-        "throughput", "Aggregate generated tokens/s", "concurrent requests", "tokens/s", series
+        "throughput",
+        "Aggregate generated tokens/s",
+        "concurrent requests",
+        "tokens/s",
+        series,
+        caption,
     )
     plot_ttft = _plot(
-        "ttft", "Mean time to first token", "concurrent requests", "ms (from batch start)", ttft
+        "ttft",
+        "Mean time to first token",
+        "concurrent requests",
+        "ms (from batch start)",
+        ttft,
+        caption,
     )
     lines += [f"![tokens per second against concurrency]({plot})", ""]
     lines += [f"![time to first token against concurrency]({plot_ttft})", ""]
@@ -179,6 +212,7 @@ def embeddings_section(found: dict[str, dict[str, Any]], headline: list[str]) ->
         f"embed_documents of {n} short texts",
         "texts/s",
         {"ours": mine["texts_per_s"], "langchain-community": theirs["texts_per_s"]},
+        where(document),
     )
     lines += [
         f"![embedding throughput]({plot})",
@@ -233,11 +267,11 @@ def images_section(found: dict[str, dict[str, Any]], headline: list[str]) -> lis
         bars[f"ours, {label}"] = mine["wall_s"]
         bars[f"peer, {label}"] = theirs["wall_s"]
         headline.append(f"| image chat, {label}, vs llama-cpp-python's handler | {speedup:.2f}x |")
-    lines += ["", f"![image round trip]({_image_plot(rounds)})", ""]
+    lines += ["", f"![image round trip]({_image_plot(rounds, where(document))})", ""]
     return lines
 
 
-def _image_plot(rounds: list[dict[str, Any]]) -> str:
+def _image_plot(rounds: list[dict[str, Any]], caption: str) -> str:
     labels = ["first question", "follow-up"][: len(rounds)]
     return _plot(
         "images",
@@ -248,6 +282,7 @@ def _image_plot(rounds: list[dict[str, Any]]) -> str:
             "ours": (labels, [r["ours"]["wall_s"] for r in rounds]),
             "llama-cpp-python Llava15ChatHandler": (labels, [r["peer"]["wall_s"] for r in rounds]),
         },
+        caption,
     )
 
 
