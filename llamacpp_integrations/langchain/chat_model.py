@@ -72,11 +72,12 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     Tool calls and structured answers are constrained by grammars built from their schemas,
     so every returned call names an offered tool and has valid arguments.
 
-    Fields: the sampling settings (``temperature``, ``top_p``...), the per-call settings
-    (``timeout``, ``logprobs``, ``chat_template``, ``image_policy``) and every ``EngineConfig``
-    setting (``n_ctx_per_seq``, ``mmproj``, ``n_gpu_layers``...; ``None`` keeps the engine's
-    default). Calls take the sampling and per-call settings, ``max_tokens`` and ``model`` as
-    keywords; unknown keywords raise ``UnknownOptionError`` (a ``TypeError``).
+    Fields: the sampling settings (``temperature``, ``top_p``...), the per-request settings
+    (``timeout``, ``logprobs``, ``top_logprobs``, ``chat_template``), ``image_policy``, and
+    every ``EngineConfig`` setting (``n_ctx_per_seq``, ``mmproj``, ``n_gpu_layers``...;
+    ``None`` keeps the engine's default). Calls take the sampling and per-request settings,
+    ``max_tokens``, ``stop`` and ``model`` as keywords; unknown keywords raise
+    ``UnknownOptionError`` (a ``TypeError``), unknown constructor arguments a ``ValidationError``.
     """
 
     # An unknown argument (another integration's ``model_path``, ``n_ctx``...) is an error,
