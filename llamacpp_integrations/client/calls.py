@@ -15,7 +15,7 @@ from typing import Any
 
 from ..engine import ChatMessage, InferenceEngine
 from ..multimodal import ImagePolicy
-from ..tools import ToolStreamChunk
+from ..tools import CutCalls, ToolStreamChunk
 from . import execute
 from .binding import EngineBinding
 from .options import CallOptions, defaults_of
@@ -61,6 +61,7 @@ class CallSite:
         image_policy: Which image sources are read.
         retry: Retries of a full queue (before the first token only).
         cut_json: What a structured call does when ``max_tokens`` cuts its JSON.
+        cut_calls: What a tool call does when ``max_tokens`` cuts a call.
     """
 
     binding: EngineBinding
@@ -69,9 +70,17 @@ class CallSite:
     image_policy: ImagePolicy
     retry: execute.RetryPolicy
     cut_json: CutJson = "raise"
+    cut_calls: CutCalls = "raise"
 
     @classmethod
-    def of(cls, adapter: EngineBound, owner: str, *, cut_json: CutJson = "raise") -> CallSite:
+    def of(
+        cls,
+        adapter: EngineBound,
+        owner: str,
+        *,
+        cut_json: CutJson = "raise",
+        cut_calls: CutCalls = "raise",
+    ) -> CallSite:
         """The call site of an adapter with the shared settings fields (``CallSettings``,
         ``SamplingSettings``, ``EngineSettings``) and ``max_retries``."""
         return cls(
@@ -81,6 +90,7 @@ class CallSite:
             getattr(adapter, "image_policy"),  # noqa: B009 -- a field of the CallSettings mixin
             execute.RetryPolicy(max_retries=getattr(adapter, "max_retries", 0)),
             cut_json,
+            cut_calls,
         )
 
     def options(self, kwargs: Mapping[str, Any], *, chat: bool = True) -> CallOptions:
@@ -130,5 +140,6 @@ class CallSite:
             image_policy=self.image_policy,
             support_for=self.binding.tool_support,
             cut_json=self.cut_json,
+            cut_calls=self.cut_calls,
         )
         return PreparedCall(engine, options, plan, self.retry)

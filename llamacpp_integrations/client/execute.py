@@ -7,7 +7,8 @@ do the rest off the loop.
 
 Retries: a full engine queue (``EngineOverloadedError``) is retried with a growing pause, but
 only before the answer's first piece arrived, streams included; after that a retry would
-repeat text the caller already has.
+repeat text the caller already has. An answer whose calls the loop guard all dropped is
+continued with a reply (``follow_up.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..engine import InferenceEngine, StreamChunk
 from ..errors import EngineOverloadedError
 from ..tools import ToolStreamChunk
+from .follow_up import follow_up_plan, merged_piece, merged_result, needs_answer
 from .plan import CallPlan, CallResult
 
 __all__ = ["RetryPolicy", "agenerate", "astream", "generate", "stream"]
@@ -53,15 +55,11 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_retries=0)
 
 
-def generate(
-    engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
-) -> CallResult:
-    """Run a plan to its whole answer."""
-    built = _built(plan)
+def _once(engine: InferenceEngine, plan: CallPlan, retry: RetryPolicy) -> CallResult:
     attempt = 0
     while True:
         try:
-            return built.read(engine.generate(built.request))
+            return plan.read(engine.generate(plan.request))
         except EngineOverloadedError:
             pause = retry.pause(attempt)
             if pause is None:
@@ -70,15 +68,11 @@ def generate(
             attempt += 1
 
 
-async def agenerate(
-    engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
-) -> CallResult:
-    """Async ``generate``."""
-    built = await _abuilt(plan)
+async def _aonce(engine: InferenceEngine, plan: CallPlan, retry: RetryPolicy) -> CallResult:
     attempt = 0
     while True:
         try:
-            return built.read(await engine.agenerate(built.request))
+            return plan.read(await engine.agenerate(plan.request))
         except EngineOverloadedError:
             pause = retry.pause(attempt)
             if pause is None:
@@ -87,14 +81,47 @@ async def agenerate(
             attempt += 1
 
 
-def stream(
+def _follow_up(plan: CallPlan, prompt: str, answer: str, generated: int) -> CallPlan | None:
+    return follow_up_plan(plan, prompt=prompt, answer_so_far=answer, generated_tokens=generated)
+
+
+def generate(
     engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
-) -> Generator[ToolStreamChunk, None, None]:
-    """Run a plan, yielding its answer as it comes. Closing the iterator cancels the request."""
+) -> CallResult:
+    """Run a plan to its whole answer (continued with a reply when the loop guard dropped
+    every call of it)."""
     built = _built(plan)
+    result = _once(engine, built, retry)
+    if not needs_answer(built, result):
+        return result
+    assert built.tools is not None
+    prompt = engine.render_chat(built.tools.request)
+    used = result.completion.usage.completion_tokens
+    follow = _follow_up(built, prompt, result.content, used)
+    return merged_result(result, None if follow is None else _once(engine, follow, retry))
+
+
+async def agenerate(
+    engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
+) -> CallResult:
+    """Async ``generate``."""
+    built = await _abuilt(plan)
+    result = await _aonce(engine, built, retry)
+    if not needs_answer(built, result):
+        return result
+    assert built.tools is not None
+    prompt = await asyncio.to_thread(engine.render_chat, built.tools.request)
+    used = result.completion.usage.completion_tokens
+    follow = _follow_up(built, prompt, result.content, used)
+    return merged_result(result, None if follow is None else await _aonce(engine, follow, retry))
+
+
+def _stream_once(
+    engine: InferenceEngine, plan: CallPlan, retry: RetryPolicy
+) -> Generator[ToolStreamChunk, None, None]:
     attempt = 0
     while True:
-        chunks = engine.stream(built.request)
+        chunks = engine.stream(plan.request)
         with contextlib.closing(chunks):
             try:
                 first = next(chunks)
@@ -107,7 +134,7 @@ def stream(
                 time.sleep(pause)
                 attempt += 1
                 continue
-            reader = built.reader()
+            reader = plan.reader()
             for chunk in _chain(first, chunks):
                 piece = reader.read(chunk)
                 if piece is not None:
@@ -115,14 +142,12 @@ def stream(
             return
 
 
-async def astream(
-    engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
+async def _astream_once(
+    engine: InferenceEngine, plan: CallPlan, retry: RetryPolicy
 ) -> AsyncGenerator[ToolStreamChunk, None]:
-    """Async ``stream``; closing the generator or cancelling the task cancels the request."""
-    built = await _abuilt(plan)
     attempt = 0
     while True:
-        chunks = engine.astream(built.request)
+        chunks = engine.astream(plan.request)
         try:
             try:
                 first = await anext(chunks)
@@ -135,7 +160,7 @@ async def astream(
                 await asyncio.sleep(pause)
                 attempt += 1
                 continue
-            reader = built.reader()
+            reader = plan.reader()
             piece = reader.read(first)
             if piece is not None:
                 yield piece
@@ -146,6 +171,55 @@ async def astream(
             return
         finally:
             await chunks.aclose()
+
+
+def stream(
+    engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
+) -> Generator[ToolStreamChunk, None, None]:
+    """Run a plan, yielding its answer as it comes. Closing the iterator cancels the request.
+    When the loop guard drops every call of the answer, its last piece is replaced by the
+    pieces of the reply that continues it."""
+    built = _built(plan)
+    said = ""
+    pieces = _stream_once(engine, built, retry)
+    with contextlib.closing(pieces):
+        for piece in pieces:
+            if piece.finish_reason is None or not needs_answer(built, piece):
+                said += piece.text
+                yield piece
+                continue
+            assert built.tools is not None and piece.usage is not None
+            prompt = engine.render_chat(built.tools.request)
+            follow = _follow_up(built, prompt, said + piece.text, piece.usage.completion_tokens)
+            if follow is None:
+                yield replace(piece, finish_reason="length")
+                return
+            yield from (merged_piece(piece, p) for p in _stream_once(engine, follow, retry))
+
+
+async def astream(
+    engine: InferenceEngine, plan: PlanSource, retry: RetryPolicy = NO_RETRY
+) -> AsyncGenerator[ToolStreamChunk, None]:
+    """Async ``stream``; closing the generator or cancelling the task cancels the request."""
+    built = await _abuilt(plan)
+    said = ""
+    pieces = _astream_once(engine, built, retry)
+    try:
+        async for piece in pieces:
+            if piece.finish_reason is None or not needs_answer(built, piece):
+                said += piece.text
+                yield piece
+                continue
+            assert built.tools is not None and piece.usage is not None
+            prompt = await asyncio.to_thread(engine.render_chat, built.tools.request)
+            follow = _follow_up(built, prompt, said + piece.text, piece.usage.completion_tokens)
+            if follow is None:
+                yield replace(piece, finish_reason="length")
+                return
+            async for part in _astream_once(engine, follow, retry):
+                yield merged_piece(piece, part)
+    finally:
+        await pieces.aclose()
 
 
 def _chain(first: StreamChunk, rest: Iterator[StreamChunk]) -> Iterator[StreamChunk]:

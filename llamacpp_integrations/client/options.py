@@ -27,14 +27,20 @@ __all__ = [
 ]
 
 REQUEST_OPTIONS = ("max_tokens", "stop", "timeout", "logprobs", "top_logprobs", "chat_template")
-TOOL_OPTIONS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
+TOOL_OPTIONS = (
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "allow_repeated_calls",
+    "response_format",
+)
 CALL_OPTIONS = (*SAMPLING_SETTINGS, *REQUEST_OPTIONS, "model")
 """Keywords every call takes; chat calls also take ``TOOL_OPTIONS``."""
 
 
 def defaults_of(adapter: object) -> dict[str, Any]:
     """An adapter's fields that calls may override, by name."""
-    names = (*CALL_OPTIONS, "parallel_tool_calls")
+    names = (*CALL_OPTIONS, "parallel_tool_calls", "allow_repeated_calls")
     return {name: getattr(adapter, name) for name in names if hasattr(adapter, name)}
 
 
@@ -83,6 +89,8 @@ class CallOptions:
         tools: OpenAI-style tool dicts offered to the model (``None``: no tools).
         tool_choice: How tools must be used (any spelling ``normalize_tool_choice`` reads).
         parallel_tool_calls: Whether one answer may call several tools.
+        allow_repeated_calls: Let a call repeat one already answered in the conversation (the
+            loop guard keeps such calls out by default; see ``tools.loop_guard``).
         response_format: The structured answer asked for, if any.
         model: Another model to serve this one call.
     """
@@ -96,6 +104,7 @@ class CallOptions:
     tools: tuple[Mapping[str, Any], ...] | None = None
     tool_choice: object = "auto"
     parallel_tool_calls: bool = True
+    allow_repeated_calls: bool = False
     response_format: ResponseFormat | None = None
     model: str | None = None
 
@@ -135,6 +144,7 @@ class CallOptions:
         if tools and response_format is not None:
             raise InvalidRequestError("tools and response_format cannot be used together")
         parallel = kwargs.get("parallel_tool_calls", defaults.get("parallel_tool_calls", True))
+        repeats = kwargs.get("allow_repeated_calls", defaults.get("allow_repeated_calls", False))
         return cls(
             sampling=SamplingParams(**{name: pick(name) for name in SAMPLING_SETTINGS}),
             max_tokens=pick("max_tokens"),
@@ -145,6 +155,7 @@ class CallOptions:
             tools=_tool_dicts(tools),
             tool_choice="auto" if kwargs.get("tool_choice") is None else kwargs["tool_choice"],
             parallel_tool_calls=bool(parallel),
+            allow_repeated_calls=bool(repeats),
             response_format=(
                 None if response_format is None else read_response_format(response_format)
             ),

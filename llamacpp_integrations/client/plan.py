@@ -24,6 +24,8 @@ from ..engine import (
 from ..errors import InvalidRequestError, OutputTruncatedError
 from ..multimodal import ImagePolicy, image_reader_for
 from ..tools import (
+    CutCalls,
+    InvalidToolCall,
     TemplateToolSupport,
     ToolAnswerReader,
     ToolCall,
@@ -63,16 +65,22 @@ SupportFor = Callable[[InferenceEngine, str | None], TemplateToolSupport]
 @dataclass(frozen=True)
 class CallResult:
     """A whole answer: its text, tool calls, parsed value (structured calls), and the engine's
-    completion (usage, timings, log-probabilities)."""
+    completion (usage, timings, log-probabilities); the calls ``max_tokens`` cut short and
+    the count of repeated calls the loop guard kept out."""
 
     content: str
     tool_calls: tuple[ToolCall, ...]
     completion: Completion
     value: Any = None
+    invalid_calls: tuple[InvalidToolCall, ...] = ()
+    repeats_prevented: int = 0
 
     @property
     def finish_reason(self) -> str:
-        """``"tool_calls"`` when the answer calls tools, else the completion's reason."""
+        """``"tool_calls"`` when the answer calls tools (``"length"`` when one was cut short),
+        else the completion's reason."""
+        if self.invalid_calls:
+            return "length"
         return "tool_calls" if self.tool_calls else self.completion.finish_reason
 
 
@@ -120,7 +128,13 @@ class CallPlan:
         """The whole answer (see ``ChunkReader.read`` for what raises)."""
         if self.tools is not None:
             result = read_tool_answer(self.tools, completion)
-            return CallResult(result.content, result.tool_calls, completion)
+            return CallResult(
+                result.content,
+                result.tool_calls,
+                completion,
+                invalid_calls=result.invalid_calls,
+                repeats_prevented=result.repeats_prevented,
+            )
         if self.structured and (self.cut_json == "raise" or completion.finish_reason != "length"):
             return CallResult(completion.text, (), completion, read_structured(completion).value)
         return CallResult(completion.text, (), completion)
@@ -149,9 +163,12 @@ def tool_plan(
     tool_choice: object = "auto",
     parallel_tool_calls: bool = True,
     support: TemplateToolSupport | None = None,
+    allow_repeated_calls: bool = False,
+    cut_calls: CutCalls = "raise",
 ) -> CallPlan:
     """A call that may (or, per ``tool_choice``, must) call ``tools``; see
-    ``tools.plan_tool_request`` for how the prompt and grammar are made."""
+    ``tools.plan_tool_request`` for how the prompt and grammar are made, and
+    ``tools.loop_guard`` for what happens to repeated calls."""
     planned = plan_tool_request(
         engine,
         request,
@@ -159,6 +176,8 @@ def tool_plan(
         tool_choice=tool_choice,
         parallel_tool_calls=parallel_tool_calls,
         support=support,
+        allow_repeated_calls=allow_repeated_calls,
+        cut=cut_calls,
     )
     return CallPlan(planned.request, tools=planned)
 
@@ -170,6 +189,7 @@ def plan_call(
     support_for: SupportFor,
     *,
     cut_json: CutJson = "raise",
+    cut_calls: CutCalls = "raise",
 ) -> CallPlan:
     """The plan for ``request`` under ``options`` (its tools or response format).
 
@@ -187,6 +207,8 @@ def plan_call(
             tool_choice=options.tool_choice,
             parallel_tool_calls=options.parallel_tool_calls,
             support=support_for(engine, request.chat_template),
+            allow_repeated_calls=options.allow_repeated_calls,
+            cut_calls=cut_calls,
         )
     if options.response_format is not None:
         return structured_plan(request, options.response_format.schema, cut_json=cut_json)
@@ -201,6 +223,7 @@ def chat_plan_factory(
     image_policy: ImagePolicy,
     support_for: SupportFor,
     cut_json: CutJson = "raise",
+    cut_calls: CutCalls = "raise",
 ) -> Callable[[], CallPlan]:
     """What builds a chat call's plan: ``messages_of`` translates the framework's messages,
     reading their images with the reader ``image_policy`` allows. Async executors run it on a
@@ -209,7 +232,9 @@ def chat_plan_factory(
     def build() -> CallPlan:
         messages = messages_of(image_reader_for(engine.info, image_policy))
         request = request_of(options, messages=messages)
-        return plan_call(engine, request, options, support_for, cut_json=cut_json)
+        return plan_call(
+            engine, request, options, support_for, cut_json=cut_json, cut_calls=cut_calls
+        )
 
     return build
 

@@ -196,6 +196,13 @@ class CallSettings(BaseModel):
     chat_template: str | None = Field(
         default=None, description="A Jinja chat template used instead of the GGUF's own."
     )
+    allow_repeated_calls: bool = Field(
+        default=False,
+        description="Let the model repeat a tool call whose result it already has (same tool, "
+        "same arguments). Off by default: the loop guard keeps such calls out in tool_choice "
+        "'auto', so small models in agent loops answer instead of calling forever; turn it on "
+        "for tools meant to be polled.",
+    )
     image_policy: ImagePolicy = Field(
         default=DEFAULT_IMAGE_POLICY,
         description="Which image sources are read: by default in-memory data only (base64, "

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InvalidRequestError, UnsupportedContentError
 from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput
 
-__all__ = ["flatten_parts", "has_images", "require_image"]
+__all__ = ["flatten_parts", "has_images", "images_of", "require_image"]
 
 
 def _is_image_part(part: object) -> bool:
@@ -44,6 +44,19 @@ def has_images(request: GenerationRequest) -> bool:
             elif _has_image_parts({"content": getattr(message, "content", None)}):
                 return True
     return False
+
+
+def images_of(request: ChatRequest) -> list[ImageInput]:
+    """The images of a chat's messages, in prompt order (as ``flatten_parts`` places them)."""
+    images: list[ImageInput] = []
+    for index, message in enumerate(request.messages):
+        content: Any = message.get("content") if isinstance(message, Mapping) else message.content
+        if not _is_flat(content):
+            continue
+        for part in content:
+            if part["type"] == "image":
+                images.append(require_image(part.get("image"), f"messages[{index}] image part"))
+    return images
 
 
 def require_image(value: object, where: str) -> ImageInput:

@@ -39,6 +39,7 @@ from ..multimodal import image_reader_for
 from ..tools import ToolStreamChunk
 from .messages import (
     PROVIDER,
+    invalid_tool_calls,
     logprob_entry,
     openai_tool_calls,
     response_metadata,
@@ -199,7 +200,9 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     def _site(self) -> CallSite:
         # LangChain's JSON parsers read a cut document leniently; the finish reason
         # ("length") tells that it was cut.
-        return CallSite.of(self, "ChatLlamaCpp", cut_json="keep")
+        # and a call cut short becomes one of AIMessage.invalid_tool_calls, as LangChain's
+        # agents expect.
+        return CallSite.of(self, "ChatLlamaCpp", cut_json="keep", cut_calls="keep")
 
     def _name(self, call: PreparedCall) -> str:
         return call.options.model or self.model_name
@@ -263,14 +266,18 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         additional: dict[str, Any] = {}
         if result.tool_calls:
             additional["tool_calls"] = openai_tool_calls(result.tool_calls)
+        metadata = response_metadata(
+            name, result.finish_reason, completion.timings, completion.logprobs
+        )
+        if result.repeats_prevented:
+            metadata["repeated_calls_prevented"] = result.repeats_prevented
         message = AIMessage(
             content=result.content,
             tool_calls=tool_calls_to_langchain(result.tool_calls),
+            invalid_tool_calls=invalid_tool_calls(result.invalid_calls),
             additional_kwargs=additional,
             usage_metadata=usage_metadata(completion.usage),
-            response_metadata=response_metadata(
-                name, result.finish_reason, completion.timings, completion.logprobs
-            ),
+            response_metadata=metadata,
             id=completion.request_id,
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -289,6 +296,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
             message.response_metadata = response_metadata(
                 name, piece.finish_reason, piece.timings, None
             )
+            if piece.repeats_prevented:
+                message.response_metadata["repeated_calls_prevented"] = piece.repeats_prevented
         if piece.logprobs:
             message.response_metadata.setdefault("logprobs", {"content": []})
             message.response_metadata["logprobs"]["content"] += [

@@ -25,18 +25,20 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.messages import InvalidToolCall as LCInvalidToolCall
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk
 
 from ..engine import ImageInput, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
-from ..tools import ToolCall, ToolCallDelta
+from ..tools import InvalidToolCall, ToolCall, ToolCallDelta
 
 __all__ = [
     "PROVIDER",
     "ImageReader",
     "has_image_blocks",
+    "invalid_tool_calls",
     "logprob_entry",
     "openai_tool_calls",
     "response_metadata",
@@ -200,6 +202,20 @@ def _prefixed(prefix: str, content: str | list[dict[str, Any]]) -> str | list[di
 def tool_calls_to_langchain(calls: Sequence[ToolCall]) -> list[LCToolCall]:
     return [
         LCToolCall(name=call.name, args=call.arguments, id=call.id, type="tool_call")
+        for call in calls
+    ]
+
+
+def invalid_tool_calls(calls: Sequence[InvalidToolCall]) -> list[LCInvalidToolCall]:
+    """Calls cut short (or unreadable) as ``AIMessage.invalid_tool_calls``."""
+    return [
+        LCInvalidToolCall(
+            name=call.name,
+            args=call.arguments,
+            id=call.id,
+            error=call.error,
+            type="invalid_tool_call",
+        )
         for call in calls
     ]
 

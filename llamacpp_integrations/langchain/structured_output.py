@@ -1,7 +1,9 @@
 """``with_structured_output`` for ``ChatLlamaCpp``: the bound model and the parser of its answers.
 
 ``json_schema`` and ``json_mode`` bind a ``response_format`` (a grammar from the schema);
-``function_calling`` binds the schema as the one tool the model must call.
+``function_calling`` binds the schema as the one tool the model must call. An answer cut by
+``max_tokens`` raises ``OutputTruncatedError`` (or, with ``include_raw``, is the
+``parsing_error``) instead of being parsed as if it were whole.
 """
 
 from __future__ import annotations
@@ -15,18 +17,54 @@ from langchain_core.output_parsers.openai_tools import (
     JsonOutputKeyToolsParser,
     PydanticToolsParser,
 )
+from langchain_core.outputs import Generation
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel
 
-from ..errors import SchemaNotSupportedError
+from ..errors import OutputTruncatedError, SchemaNotSupportedError
 from ..tools import schema_to_gbnf
 
 if TYPE_CHECKING:
     from .chat_model import ChatLlamaCpp
 
 __all__ = ["structured_output"]
+
+
+class _WholeAnswers:
+    """Parses only answers ``max_tokens`` did not cut: LangChain's JSON parsers would read a
+    cut document leniently and close it, turning "the answer ran out" into a confusing
+    validation error, or into a value missing what was cut. Streamed partial objects still
+    come as the answer grows."""
+
+    def parse_result(self, result: list[Generation], *, partial: bool = False) -> Any:
+        if not partial:
+            message = getattr(result[0], "message", None) if result else None
+            metadata = getattr(message, "response_metadata", {}) or {}
+            if metadata.get("finish_reason") == "length":
+                raise OutputTruncatedError(
+                    "max_tokens ended the structured answer before it was whole",
+                    request_id=getattr(message, "id", None),
+                    partial_text=str(getattr(message, "content", "")),
+                )
+        return super().parse_result(result, partial=partial)  # type: ignore[misc]
+
+
+class _JsonParser(_WholeAnswers, JsonOutputParser):
+    pass
+
+
+class _PydanticParser(_WholeAnswers, PydanticOutputParser):  # type: ignore[type-arg]
+    pass
+
+
+class _KeyToolsParser(_WholeAnswers, JsonOutputKeyToolsParser):
+    pass
+
+
+class _PydanticToolsParser(_WholeAnswers, PydanticToolsParser):
+    pass
 
 
 def structured_output(
@@ -45,16 +83,16 @@ def structured_output(
             ls_structured_output_format=ls_format,
         )
         if is_pydantic:
-            parser = PydanticToolsParser(tools=[cast(type, schema)], first_tool_only=True)
+            parser = _PydanticToolsParser(tools=[cast(type, schema)], first_tool_only=True)
         else:
-            parser = JsonOutputKeyToolsParser(key_name=tool_name, first_tool_only=True)
+            parser = _KeyToolsParser(key_name=tool_name, first_tool_only=True)
     elif method in ("json_schema", "json_mode"):
         response_format = _response_format(schema, method)
         bound = llm.bind(response_format=response_format, ls_structured_output_format=ls_format)
         if is_pydantic:
-            parser = PydanticOutputParser(pydantic_object=cast(type[BaseModel], schema))
+            parser = _PydanticParser(pydantic_object=cast(type[BaseModel], schema))
         else:
-            parser = JsonOutputParser()
+            parser = _JsonParser()
     else:
         raise ValueError(
             f"method must be 'json_schema', 'function_calling' or 'json_mode', not {method!r}"

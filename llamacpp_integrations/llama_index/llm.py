@@ -175,7 +175,9 @@ class LlamaCpp(
     # ---- calls ----------------------------------------------------------------------------
 
     def _site(self) -> CallSite:
-        return CallSite.of(self, "LlamaCpp")
+        # A call cut short by max_tokens is reported (raw["invalid_tool_calls"]), not raised:
+        # the agent then reads the answer as a reply instead of failing the run.
+        return CallSite.of(self, "LlamaCpp", cut_calls="keep")
 
     def _chat(self, kwargs: dict[str, Any], messages: Sequence[ChatMessage]) -> PreparedCall:
         return self._site().prepare(

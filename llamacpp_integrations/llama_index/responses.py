@@ -27,7 +27,7 @@ from llama_index.core.llms.llm import ToolSelection
 
 from ..client import CallResult
 from ..engine import Completion, Timings, TokenLogprob, Usage
-from ..tools import ToolCall, openai_tool_call, parse_partial_json
+from ..tools import InvalidToolCall, ToolCall, openai_tool_call, parse_partial_json
 from .messages import tool_call_mapping
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "chat_response",
     "completion_raw",
     "completion_response",
+    "guard_report",
     "response_raw",
     "to_logprobs",
     "tool_selections",
@@ -176,12 +177,29 @@ def tool_selections(message: ChatMessage) -> list[ToolSelection]:
     return selections
 
 
+def guard_report(invalid: Sequence[InvalidToolCall], repeats_prevented: int) -> dict[str, Any]:
+    """What an answer's calls did not become: calls ``max_tokens`` cut short (OpenAI-shaped,
+    their arguments as far as they came) and repeats the loop guard kept out. LlamaIndex has
+    no place for invalid calls: ``get_tool_calls_from_response`` sees only whole calls, so an
+    agent takes an answer whose only call was cut as a reply (``raw["finish_reason"]`` is
+    ``"length"``)."""
+    report: dict[str, Any] = {}
+    if invalid:
+        report["invalid_tool_calls"] = [
+            {**openai_tool_call(c.id, c.name or "", c.arguments), "error": c.error} for c in invalid
+        ]
+    if repeats_prevented:
+        report["repeated_calls_prevented"] = repeats_prevented
+    return report
+
+
 def chat_response(result: CallResult, model: str) -> ChatResponse:
     """A whole answer as a ``ChatResponse`` (text and tool calls in its message)."""
     completion = result.completion
+    raw = completion_raw(completion, model, result.finish_reason)
     return ChatResponse(
         message=assistant_message(result.content, result.tool_calls),
-        raw=completion_raw(completion, model, result.finish_reason),
+        raw={**raw, **guard_report(result.invalid_calls, result.repeats_prevented)},
         additional_kwargs=usage_kwargs(completion.usage),
         logprobs=to_logprobs(completion.logprobs),
     )

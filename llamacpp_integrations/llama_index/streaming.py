@@ -18,7 +18,14 @@ from llama_index.core.instrumentation.events.llm import (
 )
 
 from ..tools import ToolStreamChunk, new_tool_call_id, parse_partial_json
-from .responses import PartialToolCall, assistant_message, response_raw, to_logprobs, usage_kwargs
+from .responses import (
+    PartialToolCall,
+    assistant_message,
+    guard_report,
+    response_raw,
+    to_logprobs,
+    usage_kwargs,
+)
 
 __all__ = ["ChatStream", "CompletionStream", "StructuredPrediction", "aclosed", "closed"]
 
@@ -52,7 +59,8 @@ def _is_news(piece: ToolStreamChunk) -> bool:
 
 
 def _raw(piece: ToolStreamChunk, model: str) -> dict[str, Any]:
-    return response_raw(piece.request_id, model, piece.finish_reason, piece.usage, piece.timings)
+    raw = response_raw(piece.request_id, model, piece.finish_reason, piece.usage, piece.timings)
+    return {**raw, **guard_report(piece.invalid_calls, piece.repeats_prevented)}
 
 
 class ChatStream:
@@ -72,7 +80,8 @@ class ChatStream:
                 call = PartialToolCall(delta.id or new_tool_call_id(), delta.name or "")
                 self._calls[delta.index] = call
             call.arguments += delta.arguments
-        if piece.finish_reason is not None and piece.tool_calls:
+        if piece.finish_reason is not None:
+            # The last response holds the finished calls only: not a call max_tokens cut.
             self._calls = {i: PartialToolCall.of(c) for i, c in enumerate(piece.tool_calls)}
         if not _is_news(piece):
             return None

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from .call_syntax import HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, TOOL_CALL_LIST, CallSyntax
 from .grammar import any_json_gbnf, json_object_gbnf, schema_to_gbnf
+from .loop_guard import answered_calls, canonical_arguments, follow_up_request
 from .partial_json import parse_partial_json
 from .structured import StructuredResult, constrain, read_structured
 from .tool_calling import (
+    CutCalls,
     ToolAnswerReader,
     ToolCallPlan,
     ToolCallResult,
@@ -27,6 +29,7 @@ from .tool_calling import (
 from .tool_parser import ParsedOutput, ToolCallStream, parse_tool_output
 from .tool_prompt import TemplateToolSupport, detect_tool_support
 from .tool_spec import (
+    InvalidToolCall,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -44,6 +47,8 @@ __all__ = [
     "MISTRAL_ARGS",
     "TOOL_CALL_LIST",
     "CallSyntax",
+    "CutCalls",
+    "InvalidToolCall",
     "ParsedOutput",
     "StructuredResult",
     "TemplateToolSupport",
@@ -56,9 +61,12 @@ __all__ = [
     "ToolChoice",
     "ToolSpec",
     "ToolStreamChunk",
+    "answered_calls",
     "any_json_gbnf",
+    "canonical_arguments",
     "constrain",
     "detect_tool_support",
+    "follow_up_request",
     "json_object_gbnf",
     "new_tool_call_id",
     "normalize_tool_choice",

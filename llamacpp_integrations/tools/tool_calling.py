@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from ..engine import (
     ChatRequest,
@@ -37,8 +37,9 @@ from ..engine import (
 from ..engine.chat_template import messages_to_dicts
 from ..errors import OutputTruncatedError, ToolCallParseError
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
+from .loop_guard import CallKey, RepeatFilter, answered_calls
 from .tool_grammar import tool_calls_gbnf
-from .tool_parser import ParsedOutput, ToolCallStream
+from .tool_parser import ToolCallStream
 from .tool_prompt import (
     TemplateToolSupport,
     detect_tool_support,
@@ -47,15 +48,18 @@ from .tool_prompt import (
     with_tool_instructions,
 )
 from .tool_spec import (
+    InvalidToolCall,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
     ToolSpec,
+    new_tool_call_id,
     normalize_tool_choice,
     normalize_tools,
 )
 
 __all__ = [
+    "CutCalls",
     "ToolAnswerReader",
     "ToolCallPlan",
     "ToolCallResult",
@@ -67,11 +71,17 @@ __all__ = [
 Tools = Sequence[ToolSpec | Mapping[str, Any]]
 
 
+CutCalls = Literal["raise", "keep"]
+"""What an answer cut by ``max_tokens`` inside its calls gives: ``OutputTruncatedError``, or
+the calls it completed plus the one it began as an ``InvalidToolCall`` (the LangChain way)."""
+
+
 @dataclass(frozen=True)
 class ToolCallPlan:
     """An engine request ready to submit, and how to read its answer.
 
-    ``syntax`` is ``None`` when no call can come back (``tool_choice="none"``).
+    ``syntax`` is ``None`` when no call can come back (``tool_choice="none"``); ``answered``
+    holds the calls the loop guard keeps from being made again (see ``loop_guard``).
     """
 
     request: ChatRequest
@@ -79,26 +89,41 @@ class ToolCallPlan:
     tools: tuple[ToolSpec, ...]
     choice: ToolChoice
     native: bool
+    answered: frozenset[CallKey] = frozenset()
+    cut: CutCalls = "raise"
 
 
 @dataclass(frozen=True)
 class ToolCallResult:
-    """A finished answer: reply text, calls (each naming an offered tool), and the completion."""
+    """A finished answer: reply text, calls (each naming an offered tool), and the completion.
+
+    ``invalid_calls`` are calls ``max_tokens`` cut short (with ``cut="keep"``);
+    ``repeats_prevented`` counts the repeated calls the loop guard dropped.
+    """
 
     content: str
     tool_calls: tuple[ToolCall, ...]
     completion: Completion
+    invalid_calls: tuple[InvalidToolCall, ...] = ()
+    repeats_prevented: int = 0
 
     @property
     def finish_reason(self) -> str:
-        """``"tool_calls"`` when the answer calls tools, else the completion's reason."""
-        return "tool_calls" if self.tool_calls else self.completion.finish_reason
+        """``"tool_calls"`` when the answer calls tools (``"length"`` when one was cut short),
+        else the completion's reason."""
+        return _finish_reason(self.completion.finish_reason, self.tool_calls, self.invalid_calls)
+
+    @property
+    def needs_answer(self) -> bool:
+        """Every call of the answer was a repeat: it is to be continued with a reply."""
+        return self.repeats_prevented > 0 and not self.tool_calls and not self.invalid_calls
 
 
 @dataclass(frozen=True)
 class ToolStreamChunk:
     """One streamed piece: reply text and call deltas. The last chunk has ``finish_reason``,
-    ``usage``, ``timings`` and every finished call in ``tool_calls``. ``logprobs`` are those of
+    ``usage``, ``timings``, every finished call in ``tool_calls``, the calls cut short in
+    ``invalid_calls`` and the count of repeats the loop guard dropped. ``logprobs`` are those of
     the tokens sampled since the previous piece (when the request asked for them), whether
     their text became reply text, call markup or arguments."""
 
@@ -110,6 +135,8 @@ class ToolStreamChunk:
     timings: Timings | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
+    invalid_calls: tuple[InvalidToolCall, ...] = ()
+    repeats_prevented: int = 0
 
     @classmethod
     def of_text(cls, chunk: StreamChunk) -> ToolStreamChunk:
@@ -133,10 +160,14 @@ def plan_tool_request(
     tool_choice: object = "auto",
     parallel_tool_calls: bool = True,
     support: TemplateToolSupport | None = None,
+    allow_repeated_calls: bool = False,
+    cut: CutCalls = "raise",
 ) -> ToolCallPlan:
     """The engine request for ``request`` with ``tools`` offered under ``tool_choice``.
 
     ``support`` (from :func:`detect_tool_support`) may be passed to skip probing the template.
+    In ``auto`` mode a call repeating one already answered in the conversation is not
+    returned (the loop guard) unless ``allow_repeated_calls``.
 
     Raises:
         InvalidRequestError: bad tools or tool choice (names the problem).
@@ -148,12 +179,14 @@ def plan_tool_request(
     if support is None:
         support = detect_tool_support(engine, request.chat_template)
     messages = messages_to_dicts(request.messages)
+    guard = choice.mode == "auto" and choice.name is None and not allow_repeated_calls
+    answered = answered_calls(messages) if guard else frozenset()
     native = support.syntax is not None
     syntax = support.syntax or TOOL_CALL_LIST
     messages = native_history(messages, syntax) if native else fallback_history(messages)
     if choice.mode == "none":
         planned = replace(request, messages=messages, tools=None)
-        return ToolCallPlan(planned, None, specs, choice, native)
+        return ToolCallPlan(planned, None, specs, choice, native, cut=cut)
     callable_tools = [t for t in specs if choice.name in (None, t.name)]
     parallel = parallel_tool_calls and choice.name is None
     grammar = tool_calls_gbnf(
@@ -174,33 +207,68 @@ def plan_tool_request(
         stop=(),
         special=request.special or (native and syntax.special_markers),
     )
-    return ToolCallPlan(planned, syntax, specs, choice, native)
+    return ToolCallPlan(planned, syntax, specs, choice, native, answered, cut)
 
 
 # -- reading answers -----------------------------------------------------------------------------
 
 
-def _finish(
+def _finish_reason(
+    engine_reason: str, calls: Sequence[ToolCall], invalid: Sequence[InvalidToolCall]
+) -> str:
+    if invalid:
+        return "length"
+    return "tool_calls" if calls else engine_reason
+
+
+_CUT_BEFORE_CALL = "max_tokens ended the answer before its call began"
+
+
+@dataclass(frozen=True)
+class _End:
+    """How an answer ended: its last text and call deltas, its whole text, its calls, and the
+    calls cut short."""
+
+    text: str
+    deltas: list[ToolCallDelta]
+    content: str
+    calls: tuple[ToolCall, ...]
+    invalid: tuple[InvalidToolCall, ...]
+
+
+def _end(
     plan: ToolCallPlan, stream: ToolCallStream, last: str, request_id: str, finish_reason: str
-) -> tuple[str, list[ToolCallDelta], ParsedOutput]:
+) -> _End:
     truncated = OutputTruncatedError(
         "max_tokens ended the answer inside its tool calls",
         request_id=request_id,
-        partial_text=stream.text,
+        partial_text=stream.text + last,
     )
-    try:
-        content, deltas, parsed = stream.finish(last)
-    except ToolCallParseError as error:
-        error.request_id = request_id
-        if finish_reason == "length":
-            raise truncated from error
-        raise
-    # Out of tokens after a call began, or where only calls may be written: the list may
-    # be cut short even when what came so far parses, so it is not returned as whole.
-    if finish_reason == "length" and (plan.choice.must_call or parsed.tool_calls):
-        raise truncated
+    if finish_reason == "length" and plan.cut == "keep":
+        text, deltas, parsed, begun = stream.finish_cut(last)
+        invalid = tuple(
+            InvalidToolCall(c.id, c.name, c.arguments, "max_tokens ended the call early")
+            for c in begun
+        )
+        if not invalid and not parsed.tool_calls and plan.choice.must_call:
+            # Cut before the call's object began: still the call that had to come.
+            invalid = (InvalidToolCall(new_tool_call_id(), None, "", _CUT_BEFORE_CALL),)
+        end = _End(text, deltas, parsed.content, parsed.tool_calls, invalid)
+    else:
+        try:
+            text, deltas, parsed = stream.finish(last)
+        except ToolCallParseError as error:
+            error.request_id = request_id
+            if finish_reason == "length":
+                raise truncated from error
+            raise
+        # Out of tokens after a call began, or where only calls may be written: the list may
+        # be cut short even when what came so far parses, so it is not returned as whole.
+        if finish_reason == "length" and (plan.choice.must_call or parsed.tool_calls):
+            raise truncated
+        end = _End(text, deltas, parsed.content, parsed.tool_calls, ())
     offered = {tool.name for tool in plan.tools}
-    for call in parsed.tool_calls:
+    for call in end.calls:
         if call.name not in offered:
             raise ToolCallParseError(
                 f"the model called {call.name!r}, which is not an offered tool",
@@ -208,52 +276,57 @@ def _finish(
                 request_id=request_id,
                 partial_text=stream.text,
             )
-    return content, deltas, parsed
+    return end
 
 
 def read_tool_answer(plan: ToolCallPlan, completion: Completion) -> ToolCallResult:
-    """The reply text and calls of a whole answer to ``plan.request``.
+    """The reply text and calls of a whole answer to ``plan.request`` (repeats of answered
+    calls dropped, see ``loop_guard``).
 
     Raises:
-        OutputTruncatedError: ``max_tokens`` ended the answer inside a call.
+        OutputTruncatedError: ``max_tokens`` ended the answer inside a call (``cut="raise"``).
         ToolCallParseError: the answer is not a valid call list (grammars rule this out).
     """
     if plan.syntax is None:
         return ToolCallResult(completion.text, (), completion)
     stream = ToolCallStream(plan.syntax)
-    _, _, parsed = _finish(
-        plan, stream, completion.text, completion.request_id, completion.finish_reason
-    )
-    return ToolCallResult(parsed.content, parsed.tool_calls, completion)
+    end = _end(plan, stream, completion.text, completion.request_id, completion.finish_reason)
+    guard = RepeatFilter(plan.answered)
+    _, calls = guard.finish(end.deltas, end.calls)
+    return ToolCallResult(end.content, calls, completion, end.invalid, guard.prevented)
 
 
 class ToolAnswerReader:
     """Turns the engine chunks of a streamed answer to ``plan.request`` into tool stream
-    chunks: reply text and call deltas as they come, the finished calls at the end."""
+    chunks: reply text and call deltas as they come, the finished calls at the end. Calls that
+    could still be repeats of answered ones are held back, and dropped if they are."""
 
     def __init__(self, plan: ToolCallPlan) -> None:
         self._plan = plan
         self._stream = ToolCallStream(plan.syntax) if plan.syntax is not None else None
+        self._guard = RepeatFilter(plan.answered)
 
     def read(self, chunk: StreamChunk) -> ToolStreamChunk | None:
         """The piece ``chunk`` adds (``None`` when it adds nothing to show yet)."""
         if self._stream is None:
             return ToolStreamChunk.of_text(chunk)
         if chunk.finish_reason is None:
-            text, deltas = self._stream.feed(chunk.text)
+            text, raw = self._stream.feed(chunk.text)
+            deltas = self._guard.deltas(raw)
             if not (text or deltas or chunk.logprobs):
                 return None
             return ToolStreamChunk(chunk.request_id, text, tuple(deltas), logprobs=chunk.logprobs)
-        text, deltas, parsed = _finish(
-            self._plan, self._stream, chunk.text, chunk.request_id, chunk.finish_reason
-        )
+        end = _end(self._plan, self._stream, chunk.text, chunk.request_id, chunk.finish_reason)
+        deltas, calls = self._guard.finish(end.deltas, end.calls)
         return ToolStreamChunk(
             chunk.request_id,
-            text,
+            end.text,
             tuple(deltas),
-            "tool_calls" if parsed.tool_calls else chunk.finish_reason,
+            _finish_reason(chunk.finish_reason, calls, end.invalid),
             chunk.usage,
             chunk.timings,
-            parsed.tool_calls,
+            calls,
             chunk.logprobs,
+            end.invalid,
+            self._guard.prevented,
         )

@@ -14,7 +14,7 @@ from .grammar import GrammarRules, schema_rule
 from .grammar.gbnf import alt, literal, seq
 from .tool_spec import ToolSpec
 
-__all__ = ["marker_free_text_rule", "tool_calls_gbnf"]
+__all__ = ["answer_text_rule", "marker_free_text_rule", "tool_calls_gbnf"]
 
 # Most calls one answer may hold when parallel calls are on: enough for real use, and a bound
 # on a small model that, once inside the call list, keeps adding calls instead of stopping.
@@ -100,6 +100,21 @@ def tool_calls_gbnf(
     text = marker_free_text_rule(rules, syntax.opener)
     no_call = rules.add("no-call", seq(lead, "ws", trail, first, text))
     return rules.render(f"{calls} | {no_call}")
+
+
+def answer_text_rule(rules: GrammarRules, syntax: CallSyntax, *, lead_blank: bool) -> str:
+    """A rule for a text reply that opens no call in ``syntax``: it does not contain the
+    syntax's opener, and for syntaxes whose calls have no opener (Llama 3) it does not start
+    like a call. With ``lead_blank`` it may start with blanks and must then say something."""
+    if syntax.opener:
+        text = marker_free_text_rule(rules, syntax.opener)
+        if not lead_blank:
+            return text
+        first = f"[^{_class_escape(' ' + chr(9) + chr(13) + chr(10) + syntax.opener[0])}]"
+        return rules.add("answer", seq("ws", first, text))
+    # A call starts the answer with "{" or <|python_tag|>: the reply starts with anything else.
+    first = f"[^{_class_escape(' ' + chr(9) + chr(13) + chr(10) + '{<')}]"
+    return rules.add("answer", seq("ws" if lead_blank else "", first, "[^\\x00]*"))
 
 
 def _class_escape(chars: str) -> str:

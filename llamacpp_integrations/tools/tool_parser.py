@@ -27,7 +27,7 @@ from .tool_call_scan import (
 )
 from .tool_spec import ToolCall, ToolCallDelta, new_tool_call_id
 
-__all__ = ["ParsedOutput", "ToolCallStream", "parse_tool_output"]
+__all__ = ["BegunCall", "ParsedOutput", "ToolCallStream", "parse_tool_output"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,15 @@ class ParsedOutput:
 
     content: str
     tool_calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class BegunCall:
+    """A call an answer cut short had begun: its id, its name if written, its argument text."""
+
+    id: str
+    name: str | None
+    arguments: str
 
 
 @dataclass
@@ -273,6 +282,32 @@ class ToolCallStream:
             error.partial_text = self._text
             raise
         return content, deltas, ParsedOutput(snapshot.content, calls)
+
+    def finish_cut(
+        self, last: str = ""
+    ) -> tuple[str, list[ToolCallDelta], ParsedOutput, list[BegunCall]]:
+        """The answer was cut short (``max_tokens``): the last deltas, the text and the calls
+        it completed, and the calls it began but did not complete.
+
+        Raises:
+            ToolCallParseError: what came is not well-formed (not just unfinished).
+        """
+        self._text += last
+        try:
+            snapshot = _snapshot(self._text, self.syntax, final=False)
+        except ToolCallParseError as error:
+            error.partial_text = self._text
+            raise
+        content, deltas = self._emit(snapshot)
+        complete: list[ToolCall] = []
+        begun: list[BegunCall] = []
+        for index, call in enumerate(snapshot.calls):
+            call_id = self._ids[index] if index < len(self._ids) else new_tool_call_id()
+            if call.end is not None and call.name is not None:
+                complete.append(_finished_call(call, call_id))
+            else:
+                begun.append(BegunCall(call_id, call.name, call.arguments))
+        return content, deltas, ParsedOutput(snapshot.content, tuple(complete)), begun
 
     def _emit(self, snapshot: _Snapshot) -> tuple[str, list[ToolCallDelta]]:
         content = snapshot.content[self._content_sent :]

@@ -24,6 +24,7 @@ from .tool_spec import ToolChoice, ToolSpec
 
 __all__ = [
     "TemplateToolSupport",
+    "calls_of",
     "detect_tool_support",
     "fallback_history",
     "native_history",
@@ -131,7 +132,7 @@ def _arguments(value: Any) -> Any:
     return value
 
 
-def _calls_of(message: Mapping[str, Any]) -> list[tuple[str | None, str, Any]]:
+def calls_of(message: Mapping[str, Any]) -> list[tuple[str | None, str, Any]]:
     """(id, name, arguments) of an assistant message's calls, in either common shape."""
     calls = []
     for i, call in enumerate(message.get("tool_calls") or ()):
@@ -167,7 +168,7 @@ def _names_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         call_id: name
         for message in messages
         if message.get("role") == "assistant"
-        for call_id, name, _ in _calls_of(message)
+        for call_id, name, _ in calls_of(message)
         if call_id is not None
     }
 
@@ -190,7 +191,7 @@ def native_history(
                     "type": "function",
                     "function": {"name": name, "arguments": arguments},
                 }
-                for i, (call_id, name, arguments) in enumerate(_calls_of(message))
+                for i, (call_id, name, arguments) in enumerate(calls_of(message))
             ]
         if message.get("role") == "tool":
             call_id = message.get("tool_call_id")
@@ -205,26 +206,41 @@ def _mistral_id(call_id: str) -> str:
     return hashlib.sha256(call_id.encode()).hexdigest()[:9]
 
 
+NEXT_STEP = (
+    "These are the results of your tool calls. Use them to answer the user now; call another "
+    "tool only if you still need something they do not give."
+)
+"""Said after the tool results that end a conversation, where the model speaks next: small
+models otherwise read a result as a cue to call the same tool again."""
+
+
 def fallback_history(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Messages for a template that knows no tools: calls become the answer's list markup in
-    the assistant's text, results become user turns (merged with the user turns around them)."""
+    the assistant's text, results become user turns (merged with the user turns around them),
+    each naming the call it answers; results that end the conversation are followed by
+    ``NEXT_STEP``."""
     names = _names_by_call_id(messages)
+    arguments = _arguments_by_call_id(messages)
     out: list[dict[str, Any]] = []
     merge_next = False
     for message in messages:
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
             calls = [
-                {"name": name, "arguments": arguments} for _, name, arguments in _calls_of(message)
+                {"name": name, "arguments": arguments} for _, name, arguments in calls_of(message)
             ]
             block = f"<tool_call>{json.dumps(calls, ensure_ascii=False)}</tool_call>"
             text = _text_of(message.get("content"))
             out.append({"role": "assistant", "content": f"{block}\n{text}" if text else block})
             merge_next = False
         elif role == "tool":
-            name = message.get("name") or names.get(message.get("tool_call_id") or "", "tool")
+            call_id = message.get("tool_call_id") or ""
+            name = message.get("name") or names.get(call_id, "tool")
             content = message.get("content")
-            result = {"name": name, "content": _text_of(content)}
+            result: dict[str, Any] = {"name": name}
+            if call_id in arguments:
+                result["arguments"] = arguments[call_id]
+            result["content"] = _text_of(content)
             text = f"<tool_response>\n{json.dumps(result, ensure_ascii=False)}\n</tool_response>"
             merge = bool(out) and out[-1]["role"] == "user"
             _append_user(out, text, merge=merge, images=_images_of(content))
@@ -235,7 +251,19 @@ def fallback_history(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         else:
             out.append(dict(message))
             merge_next = False
+    if messages and messages[-1].get("role") == "tool":
+        _append_user(out, NEXT_STEP, merge=True)
     return out
+
+
+def _arguments_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        call_id: call_arguments
+        for message in messages
+        if message.get("role") == "assistant"
+        for call_id, _, call_arguments in calls_of(message)
+        if call_id is not None
+    }
 
 
 def _append_user(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from ..errors import InvalidRequestError
 
 __all__ = [
+    "InvalidToolCall",
     "ToolCall",
     "ToolCallDelta",
     "ToolChoice",
@@ -78,6 +79,17 @@ class ToolCall:
     def to_openai(self) -> dict[str, Any]:
         """The call as OpenAI's chat completions return it (``arguments`` as JSON text)."""
         return openai_tool_call(self.id, self.name, self.arguments_json)
+
+
+@dataclass(frozen=True)
+class InvalidToolCall:
+    """A call the answer began but did not complete or could not be read: what came of it
+    (``arguments`` is the text written so far) and why it is not a call."""
+
+    id: str
+    name: str | None
+    arguments: str
+    error: str
 
 
 @dataclass(frozen=True)

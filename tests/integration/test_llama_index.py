@@ -396,9 +396,17 @@ async def test_async_tool_calls(llm: LlamaCpp) -> None:
     assert_valid_call(streamed)
 
 
-def test_tool_call_cut_by_max_tokens_raises(llm: LlamaCpp) -> None:
-    with pytest.raises(OutputTruncatedError):
-        llm.chat_with_tools(TOOLS, user_msg="Weather in Paris?", tool_required=True, max_tokens=4)
+def test_a_tool_call_cut_by_max_tokens_is_reported_not_raised(llm: LlamaCpp) -> None:
+    # An agent must not die on it: the call is reported, and no call is there to run.
+    response = llm.chat_with_tools(
+        TOOLS, user_msg="Weather in Paris?", tool_required=True, max_tokens=4
+    )
+    assert response.raw["finish_reason"] == "length"
+    (cut,) = response.raw["invalid_tool_calls"]
+    assert cut["error"].startswith("max_tokens ended the")
+    assert llm.get_tool_calls_from_response(response, error_on_no_tool_call=False) == []
+    with pytest.raises(ValueError, match="expected at least one tool call"):
+        llm.get_tool_calls_from_response(response)
 
 
 # -- structured output --------------------------------------------------------------------------

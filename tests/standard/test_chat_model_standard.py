@@ -125,9 +125,9 @@ class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
 
     @pytest.mark.xfail(
         reason=(
-            f"{WEAK_MODEL}: asked for a call with a non-ASCII string argument, it repeats "
-            "characters inside the string until max_tokens=128, which raises "
-            "OutputTruncatedError (typed) instead of returning a cut call"
+            f"{WEAK_MODEL}: asked for a call with a non-ASCII string argument, it often repeats "
+            "characters inside the string until max_tokens=128, so the call comes back cut, in "
+            "invalid_tool_calls with finish_reason 'length'"
         ),
         strict=False,
     )
@@ -141,6 +141,27 @@ class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
         super().test_unicode_tool_call_integration(
             model, tool_choice=tool_choice, force_tool_call=force_tool_call
         )
+
+    @pytest.mark.xfail(
+        reason=(
+            f"{WEAK_MODEL}: its joke runs on inside a JSON string until max_tokens=128; the cut "
+            "answer raises OutputTruncatedError (what the integration promises) instead of "
+            "being parsed as if it were whole"
+        ),
+        strict=False,
+    )
+    def test_json_mode(self, model: BaseChatModel) -> None:
+        super().test_json_mode(model)
+
+    @pytest.mark.xfail(
+        reason=(
+            f"{WEAK_MODEL}: it fills a string field until max_tokens=128; the cut answer raises "
+            "OutputTruncatedError instead of being parsed as if it were whole"
+        ),
+        strict=False,
+    )
+    def test_structured_output_optional_param(self, model: BaseChatModel) -> None:
+        super().test_structured_output_optional_param(model)
 
     @property
     def supports_image_inputs(self) -> bool:

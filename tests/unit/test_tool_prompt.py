@@ -26,6 +26,7 @@ from llamacpp_integrations.tools.call_syntax import (
 )
 from llamacpp_integrations.tools.tool_parser import parse_tool_output
 from llamacpp_integrations.tools.tool_prompt import (
+    NEXT_STEP,
     fallback_history,
     native_history,
     with_tool_instructions,
@@ -336,11 +337,11 @@ def test_fallback_history_writes_calls_and_results_as_text() -> None:
         "content": '<tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
         '{"name": "get_weather", "arguments": {"city": "Oslo"}}]</tool_call>',
     }
-    # both results in one user turn, each named after the call it answers
+    # both results in one user turn, each naming the call it answers
     assert out[3]["content"].count("<tool_response>") == 2
     assert tool_responses(out[3]["content"]) == [
-        {"name": "get_weather", "content": "18 °C"},
-        {"name": "get_weather", "content": "9"},
+        {"name": "get_weather", "arguments": {"city": "Paris"}, "content": "18 °C"},
+        {"name": "get_weather", "arguments": {"city": "Oslo"}, "content": "9"},
     ]
     assert "18 °C" in out[3]["content"], "non-ASCII is written as is"
     assert out[4] == {"role": "assistant", "content": "Paris 18, Oslo 9."}
@@ -351,8 +352,18 @@ def test_fallback_history_writes_calls_and_results_as_text() -> None:
     }
     # the result and the next user turn share one message
     assert out[7]["content"] == (
-        '<tool_response>\n{"name": "add", "content": "5"}\n</tool_response>\nThanks! And in Rome?'
+        '<tool_response>\n{"name": "add", "arguments": {"a": 2, "b": 3}, "content": "5"}\n'
+        "</tool_response>\nThanks! And in Rome?"
     )
+    # Only results that end the conversation ask for the next step.
+    assert NEXT_STEP not in str(out)
+
+
+def test_results_that_end_the_conversation_ask_for_the_next_step() -> None:
+    history = agent_history()[:-1]  # ends with the add result
+    out = fallback_history(history)
+    assert out[-1]["role"] == "user"
+    assert out[-1]["content"].endswith("</tool_response>\n" + NEXT_STEP)
 
 
 def test_fallback_calls_read_back_with_the_list_syntax() -> None:
