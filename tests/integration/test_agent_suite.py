@@ -1,0 +1,94 @@
+"""The agent task suite (benchmarks/agent_tasks.py) on the real model, through LangChain's
+``create_agent`` and LlamaIndex's ``FunctionAgent``, each with its default settings.
+
+Asserted for every run: what the integration guarantees, that every tool call names an offered
+tool with arguments valid against its JSON schema (a call ``max_tokens`` cut short is reported
+as cut, and never made). And the goal the suite measures: that every task ends with an answer.
+Before the loop guard, the tiny model repeated one identical call after every result until the
+framework's limit (or, in LangChain, whose default recursion limit is 9,999, until the context
+ran out): 1 of 15 tasks finished in LangChain, 0 of 15 in LlamaIndex.
+
+Each (framework, task) pair runs once, when its validity test runs, and the answer test reads
+the same run. All runs share one loaded model (the adapters are module fixtures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from benchmarks.agent_tasks import (
+    MODEL,
+    TASKS,
+    AgentTask,
+    TaskRun,
+    langchain_model,
+    llama_index_model,
+    run_langchain,
+    run_llama_index,
+)
+
+if TYPE_CHECKING:
+    from llamacpp_integrations.langchain import ChatLlamaCpp
+    from llamacpp_integrations.llama_index import LlamaCpp
+
+FRAMEWORKS = ("langchain", "llama_index")
+CASES = [
+    pytest.param(framework, task, id=f"{framework}-{task.name}")
+    for framework in FRAMEWORKS
+    for task in TASKS
+]
+
+Runner = Callable[[str, AgentTask], TaskRun]
+
+
+@pytest.fixture(scope="module")
+def chat_model() -> ChatLlamaCpp:
+    return langchain_model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def index_llm() -> LlamaCpp:
+    return llama_index_model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def run_task(chat_model: ChatLlamaCpp, index_llm: LlamaCpp) -> Runner:
+    """Runs a (framework, task) pair on first use; later uses get the same run."""
+    runs: dict[tuple[str, str], TaskRun] = {}
+
+    def run(framework: str, task: AgentTask) -> TaskRun:
+        key = (framework, task.name)
+        if key not in runs:
+            if framework == "langchain":
+                runs[key] = run_langchain(task, MODEL, llm=chat_model)
+            else:
+                runs[key] = run_llama_index(task, MODEL, llm=index_llm)
+        return runs[key]
+
+    return run
+
+
+@pytest.mark.parametrize(("framework", "task"), CASES)
+def test_every_tool_call_is_valid(framework: str, task: AgentTask, run_task: Runner) -> None:
+    run = run_task(framework, task)
+    invalid = [c for c in run.calls if not c.valid]
+    assert not invalid, [(c.name, c.args, c.problem) for c in invalid]
+    assert run.valid_calls == run.tool_calls
+    offered = {fn.__name__ for fn in task.tools}
+    assert {c.name for c in run.calls} <= offered
+    # Runs end with an answer, at a framework limit, or on an error of the model's making
+    # (the context running out): never on an error in the integration's own handling.
+    if run.stopped_by == "error":
+        assert run.error is not None and run.error.startswith("ContextOverflowError"), run.error
+
+
+@pytest.mark.parametrize(("framework", "task"), CASES)
+def test_every_task_finishes_with_an_answer(
+    framework: str, task: AgentTask, run_task: Runner
+) -> None:
+    run = run_task(framework, task)
+    assert run.finished, (run.stopped_by, run.steps, run.repeated_calls, run.error)
+    assert run.answer.strip()
