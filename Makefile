@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-report llama-server bench-server clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-report llama-server bench-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ bench-images: models
 
 bench-loop: models
 	$(BIN)/python benchmarks/loop_stall.py
+
+# The agent suite through both frameworks' agents (a few minutes); the tables in
+# docs/guides/agents.md come from it.
+bench-agents: models
+	$(BIN)/python benchmarks/agent_tasks.py --json benchmarks/results/agent_tasks.json
 
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
 # About half an hour here (plus the llama-server build the first time).

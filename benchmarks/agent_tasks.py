@@ -16,7 +16,7 @@ Run from the repository root, with ``LLAMACPP_INTEGRATIONS_MODELS`` pointing at 
 on a shared machine, under the model lock::
 
     flock /tmp/llama-run.lock python benchmarks/agent_tasks.py [--model smollm2-135m]
-        [--tasks add_numbers,sky_colour] [--json PATH]
+        [--tasks add_numbers,sky_colour] [--allow-repeated-calls] [--json PATH]
 """
 
 from __future__ import annotations
@@ -376,11 +376,17 @@ def _finish(
 # -- LangChain ------------------------------------------------------------------------------------
 
 
-def langchain_model(model: str = MODEL) -> ChatLlamaCpp:
-    """The chat model the LangChain runs use (greedy, ``MAX_TOKENS`` per turn)."""
+def langchain_model(model: str = MODEL, *, allow_repeated_calls: bool = False) -> ChatLlamaCpp:
+    """The chat model the LangChain runs use (greedy, ``MAX_TOKENS`` per turn; the loop guard
+    on unless ``allow_repeated_calls``)."""
     from llamacpp_integrations.langchain import ChatLlamaCpp
 
-    return ChatLlamaCpp(model=model, temperature=0, max_tokens=MAX_TOKENS)
+    return ChatLlamaCpp(
+        model=model,
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        allow_repeated_calls=allow_repeated_calls,
+    )
 
 
 def run_langchain(
@@ -454,11 +460,17 @@ def run_langchain(
 # -- LlamaIndex -----------------------------------------------------------------------------------
 
 
-def llama_index_model(model: str = MODEL) -> LlamaCpp:
-    """The LLM the LlamaIndex runs use (greedy, ``MAX_TOKENS`` per turn)."""
+def llama_index_model(model: str = MODEL, *, allow_repeated_calls: bool = False) -> LlamaCpp:
+    """The LLM the LlamaIndex runs use (greedy, ``MAX_TOKENS`` per turn; the loop guard on
+    unless ``allow_repeated_calls``)."""
     from llamacpp_integrations.llama_index import LlamaCpp
 
-    return LlamaCpp(model=model, temperature=0, max_tokens=MAX_TOKENS)
+    return LlamaCpp(
+        model=model,
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        allow_repeated_calls=allow_repeated_calls,
+    )
 
 
 async def arun_llama_index(
@@ -591,8 +603,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="langchain,llama_index",
         help="comma-separated: langchain, llama_index",
     )
+    parser.add_argument(
+        "--allow-repeated-calls",
+        action="store_true",
+        help="turn the loop guard off (to see what it changes)",
+    )
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args(argv)
+    allow = args.allow_repeated_calls
     names = args.tasks.split(",") if args.tasks else [t.name for t in TASKS]
     unknown = [n for n in names if n not in TASKS_BY_NAME]
     if unknown:
@@ -604,10 +622,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     runners: dict[str, Callable[[AgentTask], TaskRun]] = {}
     if "langchain" in frameworks:
-        chat_model = langchain_model(args.model)
+        chat_model = langchain_model(args.model, allow_repeated_calls=allow)
         runners["langchain"] = lambda task: run_langchain(task, args.model, llm=chat_model)
     if "llama_index" in frameworks:
-        index_llm = llama_index_model(args.model)
+        index_llm = llama_index_model(args.model, allow_repeated_calls=allow)
         runners["llama_index"] = lambda task: run_llama_index(task, args.model, llm=index_llm)
 
     results: dict[str, list[TaskRun]] = {}
@@ -637,7 +655,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         results_file.write(
             args.json,
             "agent_tasks",
-            {"model": args.model, "max_tokens": MAX_TOKENS, "temperature": 0, "tasks": names},
+            {
+                "model": args.model,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0,
+                "tasks": names,
+                "loop_guard": not allow,
+            },
             total_seconds=round(total, 1),
             summaries={f: summary(runs) for f, runs in results.items()},
             runs={f: [asdict(r) for r in runs] for f, runs in results.items()},

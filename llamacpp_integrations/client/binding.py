@@ -15,8 +15,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine import InferenceEngine, engine_for
-from ..tools import TemplateToolSupport, detect_tool_support
+from ..engine import InferenceEngine, ReasoningFormat, engine_for
+from ..tools import TemplateToolSupport, detect_reasoning, detect_tool_support
 
 __all__ = ["EngineBinding"]
 
@@ -37,6 +37,7 @@ class EngineBinding:
         self._engines: dict[str | None, InferenceEngine] = {}
         self._lock = threading.Lock()
         self._tool_support: dict[tuple[str | None, str | None], TemplateToolSupport] = {}
+        self._reasoning: dict[tuple[str | None, str | None], ReasoningFormat | None] = {}
 
     def loaded(self) -> InferenceEngine | None:
         """The engine if it is already there (nothing is loaded)."""
@@ -79,3 +80,12 @@ class EngineBinding:
         if support is None:
             support = self._tool_support[key] = detect_tool_support(engine, chat_template)
         return support
+
+    def reasoning_format(
+        self, engine: InferenceEngine, chat_template: str | None
+    ) -> ReasoningFormat | None:
+        """What the template in effect does with reasoning, probed once per template."""
+        key = (engine.info.chat_template, chat_template)
+        if key not in self._reasoning:
+            self._reasoning[key] = detect_reasoning(engine, chat_template)
+        return self._reasoning[key]

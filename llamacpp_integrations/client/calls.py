@@ -19,7 +19,8 @@ from ..tools import CutCalls, ToolStreamChunk
 from . import execute
 from .binding import EngineBinding
 from .options import CallOptions, defaults_of
-from .plan import CallPlan, CallResult, CutJson, ImageReader, chat_plan_factory, request_of
+from .plan import CallPlan, CallResult, ImageReader, chat_plan_factory, request_of
+from .results import CutJson
 from .settings import EngineBound
 
 __all__ = ["CallSite", "MessagesOf", "PreparedCall"]
@@ -138,7 +139,7 @@ class CallSite:
             options,
             messages_of,
             image_policy=self.image_policy,
-            support_for=self.binding.tool_support,
+            facts=self.binding,
             cut_json=self.cut_json,
             cut_calls=self.cut_calls,
         )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from ..engine import InferenceEngine, StreamChunk
 from ..errors import EngineOverloadedError
-from ..tools import ToolStreamChunk
+from ..tools import ToolStreamChunk, written_reasoning
 from .follow_up import follow_up_plan, merged_piece, merged_result, needs_answer
 from .plan import CallPlan, CallResult
 
@@ -81,6 +81,12 @@ async def _aonce(engine: InferenceEngine, plan: CallPlan, retry: RetryPolicy) ->
             attempt += 1
 
 
+def _thought(plan: CallPlan, reasoning: str) -> str:
+    # A continuation starts after the reasoning the model already wrote.
+    spec = plan.request.reasoning
+    return "" if spec is None else written_reasoning(spec, reasoning)
+
+
 def _follow_up(plan: CallPlan, prompt: str, answer: str, generated: int) -> CallPlan | None:
     return follow_up_plan(plan, prompt=prompt, answer_so_far=answer, generated_tokens=generated)
 
@@ -95,7 +101,7 @@ def generate(
     if not needs_answer(built, result):
         return result
     assert built.tools is not None
-    prompt = engine.render_chat(built.tools.request)
+    prompt = engine.render_chat(built.tools.request) + _thought(built, result.reasoning)
     used = result.completion.usage.completion_tokens
     follow = _follow_up(built, prompt, result.content, used)
     return merged_result(result, None if follow is None else _once(engine, follow, retry))
@@ -111,6 +117,7 @@ async def agenerate(
         return result
     assert built.tools is not None
     prompt = await asyncio.to_thread(engine.render_chat, built.tools.request)
+    prompt += _thought(built, result.reasoning)
     used = result.completion.usage.completion_tokens
     follow = _follow_up(built, prompt, result.content, used)
     return merged_result(result, None if follow is None else await _aonce(engine, follow, retry))
@@ -180,16 +187,17 @@ def stream(
     When the loop guard drops every call of the answer, its last piece is replaced by the
     pieces of the reply that continues it."""
     built = _built(plan)
-    said = ""
+    said = thought = ""
     pieces = _stream_once(engine, built, retry)
     with contextlib.closing(pieces):
         for piece in pieces:
+            thought += piece.reasoning
             if piece.finish_reason is None or not needs_answer(built, piece):
                 said += piece.text
                 yield piece
                 continue
             assert built.tools is not None and piece.usage is not None
-            prompt = engine.render_chat(built.tools.request)
+            prompt = engine.render_chat(built.tools.request) + _thought(built, thought)
             follow = _follow_up(built, prompt, said + piece.text, piece.usage.completion_tokens)
             if follow is None:
                 yield replace(piece, finish_reason="length")
@@ -202,16 +210,18 @@ async def astream(
 ) -> AsyncGenerator[ToolStreamChunk, None]:
     """Async ``stream``; closing the generator or cancelling the task cancels the request."""
     built = await _abuilt(plan)
-    said = ""
+    said = thought = ""
     pieces = _astream_once(engine, built, retry)
     try:
         async for piece in pieces:
+            thought += piece.reasoning
             if piece.finish_reason is None or not needs_answer(built, piece):
                 said += piece.text
                 yield piece
                 continue
             assert built.tools is not None and piece.usage is not None
             prompt = await asyncio.to_thread(engine.render_chat, built.tools.request)
+            prompt += _thought(built, thought)
             follow = _follow_up(built, prompt, said + piece.text, piece.usage.completion_tokens)
             if follow is None:
                 yield replace(piece, finish_reason="length")

@@ -49,6 +49,7 @@ def _usage(first: Usage, second: Usage) -> Usage:
         completion_tokens=first.completion_tokens + second.completion_tokens,
         cached_prompt_tokens=first.cached_prompt_tokens,
         prompt_image_tokens=first.prompt_image_tokens,
+        reasoning_tokens=first.reasoning_tokens + second.reasoning_tokens,
     )
 
 
@@ -76,6 +77,7 @@ def merged_result(first: CallResult, second: CallResult | None) -> CallResult:
         usage=_usage(a.usage, b.usage),
         timings=_timings(a.timings, b.timings),
         logprobs=None if a.logprobs is None else a.logprobs + (b.logprobs or ()),
+        reasoning=a.reasoning + b.reasoning,
     )
     return replace(first, content=first.content + second.content, completion=completion)
 

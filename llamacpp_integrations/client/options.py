@@ -26,7 +26,16 @@ __all__ = [
     "read_response_format",
 ]
 
-REQUEST_OPTIONS = ("max_tokens", "stop", "timeout", "logprobs", "top_logprobs", "chat_template")
+REQUEST_OPTIONS = (
+    "max_tokens",
+    "stop",
+    "timeout",
+    "logprobs",
+    "top_logprobs",
+    "chat_template",
+    "reasoning",
+    "reasoning_budget",
+)
 TOOL_OPTIONS = (
     "tools",
     "tool_choice",
@@ -86,6 +95,9 @@ class CallOptions:
         timeout: Seconds the request may take.
         logprobs: ``None`` for no log-probabilities, else how many top tokens per step.
         chat_template: A template replacing the model's own for this call.
+        reasoning: Turn a reasoning model's thinking on or off through its template's switch
+            (``None``: the template's default).
+        reasoning_budget: Most tokens of thinking; then the engine ends the reasoning itself.
         tools: OpenAI-style tool dicts offered to the model (``None``: no tools).
         tool_choice: How tools must be used (any spelling ``normalize_tool_choice`` reads).
         parallel_tool_calls: Whether one answer may call several tools.
@@ -101,6 +113,8 @@ class CallOptions:
     timeout: float | None
     logprobs: int | None
     chat_template: str | None
+    reasoning: bool | None = None
+    reasoning_budget: int | None = None
     tools: tuple[Mapping[str, Any], ...] | None = None
     tool_choice: object = "auto"
     parallel_tool_calls: bool = True
@@ -152,6 +166,8 @@ class CallOptions:
             timeout=pick("timeout"),
             logprobs=(pick("top_logprobs") or 0) if pick("logprobs") else None,
             chat_template=pick("chat_template"),
+            reasoning=pick("reasoning"),
+            reasoning_budget=pick("reasoning_budget"),
             tools=_tool_dicts(tools),
             tool_choice="auto" if kwargs.get("tool_choice") is None else kwargs["tool_choice"],
             parallel_tool_calls=bool(parallel),

@@ -3,14 +3,16 @@
 ``plan_call`` turns a request and its ``CallOptions`` into a ``CallPlan``: the engine request to
 run and how to read its answer, whole (``CallPlan.read``) or streamed (``CallPlan.reader``).
 Every executor (``execute.py``) and every adapter reads answers through these, so the three
-kinds behave the same whichever way they are run.
+kinds behave the same whichever way they are run. A reasoning model's call names its template's
+reasoning format (``engine.ReasoningSpec``): the engine splits the thinking from the answer,
+and grammars constrain the answer after the thinking.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from ..engine import (
     ChatMessage,
@@ -19,32 +21,30 @@ from ..engine import (
     CompletionRequest,
     ImageInput,
     InferenceEngine,
-    StreamChunk,
+    ReasoningFormat,
+    ReasoningSpec,
 )
-from ..errors import InvalidRequestError, OutputTruncatedError
+from ..errors import InvalidRequestError
 from ..multimodal import ImagePolicy, image_reader_for
 from ..tools import (
     CutCalls,
-    InvalidToolCall,
     TemplateToolSupport,
-    ToolAnswerReader,
-    ToolCall,
     ToolCallPlan,
     ToolSpec,
-    ToolStreamChunk,
     constrain,
     plan_tool_request,
-    read_structured,
-    read_tool_answer,
 )
 from .options import CallOptions
+from .results import CallResult, ChunkReader, CutJson, read_answer
 
 __all__ = [
     "CallPlan",
     "CallResult",
     "ChunkReader",
+    "TemplateFacts",
     "chat_plan_factory",
     "plan_call",
+    "reasoning_spec",
     "request_of",
     "structured_plan",
     "tool_plan",
@@ -53,66 +53,18 @@ __all__ = [
 ImageReader = Callable[[Any], ImageInput]
 """Reads an image source (a framework's image block's data, path or URL) into pixels."""
 
-CutJson = Literal["raise", "keep"]
-"""What a structured call does when ``max_tokens`` cuts its JSON: raise
-``OutputTruncatedError``, or keep the text (with ``finish_reason="length"``) for a lenient
-parser to read."""
 
-SupportFor = Callable[[InferenceEngine, str | None], TemplateToolSupport]
-"""Finds (and may cache) what a chat template knows about tools."""
+class TemplateFacts(Protocol):
+    """What a chat template does with tools and with reasoning, probed (and kept) once per
+    template; ``EngineBinding`` is one."""
 
+    def tool_support(
+        self, engine: InferenceEngine, chat_template: str | None
+    ) -> TemplateToolSupport: ...
 
-@dataclass(frozen=True)
-class CallResult:
-    """A whole answer: its text, tool calls, parsed value (structured calls), and the engine's
-    completion (usage, timings, log-probabilities); the calls ``max_tokens`` cut short and
-    the count of repeated calls the loop guard kept out."""
-
-    content: str
-    tool_calls: tuple[ToolCall, ...]
-    completion: Completion
-    value: Any = None
-    invalid_calls: tuple[InvalidToolCall, ...] = ()
-    repeats_prevented: int = 0
-
-    @property
-    def finish_reason(self) -> str:
-        """``"tool_calls"`` when the answer calls tools (``"length"`` when one was cut short),
-        else the completion's reason."""
-        if self.invalid_calls:
-            return "length"
-        return "tool_calls" if self.tool_calls else self.completion.finish_reason
-
-
-class ChunkReader:
-    """Reads one streamed answer: engine chunks in, ``ToolStreamChunk`` s out (text, call
-    deltas, and on the last one the finish reason, usage and finished calls)."""
-
-    def __init__(self, tools: ToolCallPlan | None, structured: bool, cut_json: CutJson) -> None:
-        self._tools = None if tools is None else ToolAnswerReader(tools)
-        self._structured = structured and cut_json == "raise"
-        self._text: list[str] = []
-
-    def read(self, chunk: StreamChunk) -> ToolStreamChunk | None:
-        """The piece ``chunk`` adds, ``None`` when there is nothing new to show.
-
-        Raises:
-            OutputTruncatedError: ``max_tokens`` cut a call, or a structured answer whose plan
-                says so.
-        """
-        if self._tools is not None:
-            return self._tools.read(chunk)
-        if self._structured:
-            self._text.append(chunk.text)
-            if chunk.finish_reason == "length":
-                raise OutputTruncatedError(
-                    "max_tokens ended the JSON answer early",
-                    request_id=chunk.request_id,
-                    partial_text="".join(self._text),
-                )
-        if not chunk.text and not chunk.logprobs and chunk.finish_reason is None:
-            return None
-        return ToolStreamChunk.of_text(chunk)
+    def reasoning_format(
+        self, engine: InferenceEngine, chat_template: str | None
+    ) -> ReasoningFormat | None: ...
 
 
 @dataclass(frozen=True)
@@ -126,18 +78,12 @@ class CallPlan:
 
     def read(self, completion: Completion) -> CallResult:
         """The whole answer (see ``ChunkReader.read`` for what raises)."""
-        if self.tools is not None:
-            result = read_tool_answer(self.tools, completion)
-            return CallResult(
-                result.content,
-                result.tool_calls,
-                completion,
-                invalid_calls=result.invalid_calls,
-                repeats_prevented=result.repeats_prevented,
-            )
-        if self.structured and (self.cut_json == "raise" or completion.finish_reason != "length"):
-            return CallResult(completion.text, (), completion, read_structured(completion).value)
-        return CallResult(completion.text, (), completion)
+        return read_answer(
+            completion,
+            tools=self.tools,
+            structured=self.structured,
+            cut_json=self.cut_json,
+        )
 
     def reader(self) -> ChunkReader:
         """A reader for one streamed answer to ``request``."""
@@ -186,17 +132,21 @@ def plan_call(
     engine: InferenceEngine,
     request: ChatRequest | CompletionRequest,
     options: CallOptions,
-    support_for: SupportFor,
+    facts: TemplateFacts,
     *,
     cut_json: CutJson = "raise",
     cut_calls: CutCalls = "raise",
 ) -> CallPlan:
-    """The plan for ``request`` under ``options`` (its tools or response format).
+    """The plan for ``request`` under ``options`` (its tools or response format, and for a
+    reasoning model its switch and budget).
 
     Raises:
         InvalidRequestError: tools on a raw completion, or bad tools.
         SchemaNotSupportedError: a schema no grammar here can express.
     """
+    if isinstance(request, ChatRequest):
+        format = facts.reasoning_format(engine, request.chat_template)
+        request = replace(request, reasoning=reasoning_spec(format, options))
     if options.tools is not None:
         if not isinstance(request, ChatRequest):
             raise InvalidRequestError("tools need a chat request")
@@ -206,7 +156,7 @@ def plan_call(
             options.tools,
             tool_choice=options.tool_choice,
             parallel_tool_calls=options.parallel_tool_calls,
-            support=support_for(engine, request.chat_template),
+            support=facts.tool_support(engine, request.chat_template),
             allow_repeated_calls=options.allow_repeated_calls,
             cut_calls=cut_calls,
         )
@@ -215,13 +165,21 @@ def plan_call(
     return CallPlan(request)
 
 
+def reasoning_spec(format: ReasoningFormat | None, options: CallOptions) -> ReasoningSpec | None:
+    """What a call asks of a reasoning model (``None`` for a template without reasoning:
+    ``reasoning`` and ``reasoning_budget`` do nothing there)."""
+    if format is None:
+        return None
+    return ReasoningSpec(format, enabled=options.reasoning, budget=options.reasoning_budget)
+
+
 def chat_plan_factory(
     engine: InferenceEngine,
     options: CallOptions,
     messages_of: Callable[[ImageReader | None], Sequence[ChatMessage | Mapping[str, Any]]],
     *,
     image_policy: ImagePolicy,
-    support_for: SupportFor,
+    facts: TemplateFacts,
     cut_json: CutJson = "raise",
     cut_calls: CutCalls = "raise",
 ) -> Callable[[], CallPlan]:
@@ -232,9 +190,7 @@ def chat_plan_factory(
     def build() -> CallPlan:
         messages = messages_of(image_reader_for(engine.info, image_policy))
         request = request_of(options, messages=messages)
-        return plan_call(
-            engine, request, options, support_for, cut_json=cut_json, cut_calls=cut_calls
-        )
+        return plan_call(engine, request, options, facts, cut_json=cut_json, cut_calls=cut_calls)
 
     return build
 

@@ -196,6 +196,13 @@ class CallSettings(BaseModel):
     chat_template: str | None = Field(
         default=None, description="A Jinja chat template used instead of the GGUF's own."
     )
+    reasoning_budget: int | None = Field(
+        default=None,
+        ge=0,
+        description="Most tokens a reasoning model may think for; then the engine writes the "
+        "end of its reasoning and the model answers. Does nothing for models whose template "
+        "shows no reasoning format.",
+    )
     allow_repeated_calls: bool = Field(
         default=False,
         description="Let the model repeat a tool call whose result it already has (same tool, "

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from .channel import RequestHandle
 from .config import EngineConfig, WeightsKey
-from .interface import InferenceEngine
+from .interface import ChatRenderer, InferenceEngine
+from .reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .registry import engine_for, live_engines, shared_engine
 from .types import (
     ChatMessage,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatMessage",
+    "ChatRenderer",
     "ChatRequest",
     "Completion",
     "CompletionRequest",
@@ -48,6 +50,9 @@ __all__ = [
     "ImageInput",
     "InferenceEngine",
     "ModelInfo",
+    "ReasoningFormat",
+    "ReasoningSpec",
+    "ReasoningSplitter",
     "RequestHandle",
     "SamplingParams",
     "SlotStats",
@@ -60,6 +65,7 @@ __all__ = [
     "engine_for",
     "live_engines",
     "shared_engine",
+    "split_reasoning",
 ]
 
 

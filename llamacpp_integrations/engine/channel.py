@@ -92,6 +92,7 @@ class RequestHandle:
         self._cancel = cancel
         self._alive = alive
         self._texts: list[str] = []
+        self._reasoning: list[str] = []
         self._tokens: list[int] = []
         self._logprobs: list[TokenLogprob] | None = [] if logprobs else None
         self._end: StreamChunk | BaseException | None = None
@@ -112,6 +113,8 @@ class RequestHandle:
             raise event
         assert isinstance(event, StreamChunk)
         self._texts.append(event.text)
+        if event.reasoning:
+            self._reasoning.append(event.reasoning)
         self._tokens.extend(event.token_ids)
         if self._logprobs is not None:
             self._logprobs.extend(event.logprobs)
@@ -164,6 +167,7 @@ class RequestHandle:
             usage=end.usage,
             timings=end.timings,
             logprobs=None if self._logprobs is None else tuple(self._logprobs),
+            reasoning="".join(self._reasoning),
         )
 
     def __del__(self) -> None:

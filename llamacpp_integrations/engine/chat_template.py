@@ -20,12 +20,19 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import ChatTemplateError, InvalidRequestError
-from .types import ChatMessage
+from .reasoning import ReasoningFormat, template_kwargs_for
+from .types import ChatMessage, ChatRequest
 
 if TYPE_CHECKING:
     from jinja2.parser import Parser
 
-__all__ = ["ChatTemplate", "messages_to_dicts", "strip_leading_bos"]
+__all__ = [
+    "ChatTemplate",
+    "TemplateRenderer",
+    "messages_to_dicts",
+    "strip_leading_bos",
+    "template_inputs",
+]
 
 
 class _GenerationTag(Extension):
@@ -198,6 +205,54 @@ def messages_to_dicts(
             raise InvalidRequestError(f"messages[{i}] is a {type(message).__name__}, not a message")
     _validate_messages(out)
     return out
+
+
+_HISTORY_KEY = "reasoning_content"  # where ChatMessage.to_template_dict puts earlier reasoning
+
+
+def template_inputs(request: ChatRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages and variables a chat request's template renders.
+
+    For a reasoning model (``request.reasoning``) the template's switch is set as the request
+    asks, and earlier reasoning goes under the field the template reads, or is left out where
+    the template does not render it.
+    """
+    messages = messages_to_dicts(request.messages)
+    kwargs = dict(request.template_kwargs)
+    spec = request.reasoning
+    if spec is None:
+        return messages, kwargs
+    kwargs.update(template_kwargs_for(spec.format, spec.enabled))
+    return _with_history(messages, spec.format), kwargs
+
+
+def _with_history(messages: list[dict[str, Any]], format: ReasoningFormat) -> list[dict[str, Any]]:
+    for message in messages:
+        reasoning = message.pop(_HISTORY_KEY, None)
+        if reasoning is not None and format.renders_history:
+            message[format.history_field] = reasoning
+    return messages
+
+
+class TemplateRenderer:
+    """A chat template alone, rendering chats the way an engine would (a ``ChatRenderer``):
+    enough to probe what the template does before any model is loaded."""
+
+    def __init__(self, source: str) -> None:
+        self._template = ChatTemplate(source, bos_token="", eos_token="")
+        self._source = source
+
+    def render_chat(self, request: ChatRequest) -> str:
+        template = self._template
+        if request.chat_template is not None and request.chat_template != self._source:
+            template = ChatTemplate(request.chat_template, bos_token="", eos_token="")
+        messages, kwargs = template_inputs(request)
+        return template.render(
+            messages,
+            add_generation_prompt=request.add_generation_prompt,
+            tools=list(request.tools) if request.tools is not None else None,
+            **kwargs,
+        )
 
 
 def strip_leading_bos(text: str, bos_token: str) -> str:

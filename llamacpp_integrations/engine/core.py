@@ -188,6 +188,7 @@ class EngineCore:
             sampler=request.sampler,
             output=OutputProcessor(request.stop),
             admitted_at=now,
+            splitter=None if request.reasoning is None else request.reasoning.splitter(),
         )
 
     def _cut_cache(self, seq: SeqState) -> bool:
@@ -234,7 +235,7 @@ class EngineCore:
         for seq, entry in plan.entries:
             if entry.logits_last:
                 active = self.active[seq.request_id]
-                token = active.sampler.sample(self.context, entry.logits_index)
+                token = self._next_token(active, entry.logits_index)
                 self._on_token(active, token, now, entry.logits_index)
 
     def _decode_image(self, step: ImageStep) -> None:
@@ -265,6 +266,17 @@ class EngineCore:
         self.steps += 1
         self.scheduler.image_decoded(step)
 
+    def _next_token(self, active: ActiveRequest, logits_index: int) -> int:
+        """The sampled token, or the next forced one (a reasoning budget that ran out)."""
+        while active.forced:
+            token = active.forced.popleft()
+            if active.sampler.force(token):
+                return token
+            # A grammar that cannot take the forced text: stop forcing, let the model go on.
+            log.warning("request %s: forced token refused", active.prepared.request_id)
+            active.forced.clear()
+        return active.sampler.sample(self.context, logits_index)
+
     def _on_token(self, active: ActiveRequest, token: int, now: float, logits_index: int) -> None:
         request = active.prepared
         if active.first_token_at is None:
@@ -285,24 +297,28 @@ class EngineCore:
                     special=request.special,
                 )
             )
-        text = active.output.feed(self.model.token_to_piece(token, special=request.special))
+        piece = self.model.token_to_piece(token, special=request.special)
+        active.take_token_text(active.output.feed(piece))
+        active.check_budget()
         if active.output.stopped:
-            self._finish(active, "stop", text)
+            self._finish(active, "stop")
             return
         if len(active.generated) >= request.max_new_tokens:
-            self._finish(active, "length", text)
+            self._finish(active, "length")
             return
-        if text and not self._send(active, text):
+        if (active.unsent_text or active.unsent_reasoning) and not self._send(active):
             self._finish(active, "cancelled")
             return
         active.seq.next_token = token
 
-    def _send(self, active: ActiveRequest, text: str) -> bool:
+    def _send(self, active: ActiveRequest) -> bool:
+        text, reasoning = active.take_unsent()
         chunk = StreamChunk(
             request_id=active.prepared.request_id,
             text=text,
             token_ids=tuple(active.unsent_ids),
             logprobs=tuple(active.unsent_logprobs),
+            reasoning=reasoning,
         )
         active.unsent_ids = []
         if active.unsent_logprobs:
@@ -319,14 +335,14 @@ class EngineCore:
         self,
         active: ActiveRequest,
         reason: FinishReason,
-        text: str = "",
         error: LlamaCppIntegrationError | None = None,
     ) -> None:
         request = active.prepared
         now = time.monotonic()
         event: StreamChunk | LlamaCppIntegrationError
         if error is None:
-            text += active.output.flush()
+            active.take_final_text(active.output.flush())
+            text, reasoning = active.take_unsent()
             event = StreamChunk(
                 request_id=request.request_id,
                 text=text,
@@ -335,11 +351,12 @@ class EngineCore:
                 usage=active.usage(),
                 timings=active.timings(now),
                 logprobs=tuple(active.unsent_logprobs),
+                reasoning=reasoning,
             )
         else:
             error.request_id = request.request_id
             if hasattr(error, "partial_text"):
-                error.partial_text = active.output.text + text
+                error.partial_text = active.output.text
             event = error
         keep = reason in ("stop", "length")
         self.scheduler.release(active.seq, keep_cache=keep)

@@ -24,9 +24,18 @@ from .types import (
     StreamChunk,
 )
 
-__all__ = ["InferenceEngine", "PromptRequest"]
+__all__ = ["ChatRenderer", "InferenceEngine", "PromptRequest"]
 
 PromptRequest = ChatRequest | CompletionRequest
+
+
+class ChatRenderer(Protocol):
+    """Anything that renders chats with a template: enough to probe what the template does
+    (an engine, or a template alone when no model is loaded)."""
+
+    def render_chat(self, request: ChatRequest) -> str:
+        """The prompt text a chat request becomes (its chat template applied)."""
+        ...
 
 
 @runtime_checkable

@@ -21,10 +21,11 @@ from ..errors import (
     InvalidRequestError,
 )
 from .channel import EventChannel
-from .chat_template import ChatTemplate, messages_to_dicts, strip_leading_bos
+from .chat_template import ChatTemplate, strip_leading_bos, template_inputs
 from .interface import PromptRequest
 from .media import flatten_parts, has_images, require_image
-from .requests import EmbedJob, PreparedRequest
+from .reasoning import ReasoningSpec, forced_end
+from .requests import EmbedJob, ForcedText, PreparedRequest
 from .runner import LoadedModel
 from .sampler import SamplerChain
 from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput, new_request_id
@@ -92,7 +93,7 @@ class Preprocessor:
     def render(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
         """The prompt text (images as the projector's marker) and the images in order."""
         template = self._template_for(request)
-        messages = messages_to_dicts(request.messages)
+        messages, kwargs = template_inputs(request)
         if not messages:
             raise InvalidRequestError(
                 "a chat needs at least one message", request_id=request.request_id
@@ -103,7 +104,7 @@ class Preprocessor:
             messages,
             add_generation_prompt=request.add_generation_prompt,
             tools=list(request.tools) if request.tools is not None else None,
-            **dict(request.template_kwargs),
+            **kwargs,
         )
         text = strip_leading_bos(text, self._bos_text) if self._model.adds_bos else text
         return text, images
@@ -214,6 +215,7 @@ class Preprocessor:
             grammar_triggers=request.grammar_triggers,
             request_id=request.request_id,
         )
+        spec = request.reasoning
         now = time.monotonic()
         return PreparedRequest(
             request_id=request.request_id,
@@ -222,13 +224,22 @@ class Preprocessor:
             max_new_tokens=request.max_tokens or n_ctx - n_prompt,
             stop=tuple(request.stop),
             ignore_eos=request.ignore_eos,
-            special=request.special,
+            # Harmony's framing is control tokens: the reasoning is read from them.
+            special=request.special or (spec is not None and spec.format.family == "gpt-oss"),
             logprobs=request.logprobs,
+            reasoning=spec,
+            budget=self._budget(spec),
             submitted_at=now,
             deadline=None if request.timeout is None else now + request.timeout,
             channel=channel,
             sampler=sampler,
         )
+
+    def _budget(self, spec: ReasoningSpec | None) -> ForcedText | None:
+        if spec is None or spec.budget is None or not spec.expected:
+            return None
+        end = self._model.tokenize(forced_end(spec.format), add_special=False, parse_special=True)
+        return ForcedText(after=spec.budget, tokens=tuple(end))
 
     def embed_job(
         self,

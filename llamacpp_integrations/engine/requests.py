@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .channel import EventChannel
+from .reasoning import ReasoningSpec
 
 if TYPE_CHECKING:
     from .sampler import SamplerChain
     from .vision import MediaPrompt
 
-__all__ = ["EmbedJob", "PreparedRequest"]
+__all__ = ["EmbedJob", "ForcedText", "PreparedRequest"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,10 +31,21 @@ class PreparedRequest:
     ignore_eos: bool
     special: bool
     logprobs: int | None = None
+    reasoning: ReasoningSpec | None = None
+    budget: ForcedText | None = None
     submitted_at: float
     deadline: float | None
     channel: EventChannel = field(repr=False)
     sampler: SamplerChain = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ForcedText:
+    """Tokens the worker writes itself (a reasoning budget's end marker) once the model has
+    thought for ``after`` tokens without ending its thinking."""
+
+    after: int
+    tokens: tuple[int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -114,6 +114,16 @@ class SamplerChain:
         llama_cpp.llama_sampler_accept(self._chain, token)
         return token
 
+    def force(self, token: int) -> bool:
+        """Take ``token`` as if sampled (the caller writes it); False, taking nothing, when
+        the grammar does not allow it here."""
+        if self._grammar is not None:
+            if not self._grammar_allows(token, 0.0):
+                return False
+            llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self._chain, token)
+        return True
+
     def _pick(self, logits: np.ndarray, *, through_grammar: bool) -> int:
         candidates = self._candidates
         candidates["logit"] = logits

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import InvalidRequestError
+from .reasoning import ReasoningSpec
 
 __all__ = [
     "ChatMessage",
@@ -144,6 +145,8 @@ class ChatMessage:
     ``content`` is a string or a list of content parts (``{"type": "text", "text": ...}``,
     ``{"type": "image", "image": ImageInput}``; images need an engine with a projector).
     ``tool_calls`` are OpenAI-style dicts; ``tool_call_id`` links a tool result to its call.
+    ``reasoning`` is an earlier answer's reasoning, given to templates that render it as
+    ``reasoning_content`` (the field reasoning models' templates read).
     """
 
     role: str
@@ -151,6 +154,7 @@ class ChatMessage:
     name: str | None = None
     tool_calls: Sequence[Mapping[str, Any]] | None = None
     tool_call_id: str | None = None
+    reasoning: str | None = None
 
     def to_template_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -160,6 +164,8 @@ class ChatMessage:
             out["tool_calls"] = [dict(call) for call in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.reasoning is not None:
+            out["reasoning_content"] = self.reasoning
         return out
 
 
@@ -184,6 +190,9 @@ class GenerationRequest:
             of each generated token, ``k`` (up to 20) for it and the ``k`` most likely tokens at
             each step. They come with every ``StreamChunk`` and in ``Completion.logprobs``; see
             ``TokenLogprob`` for what they measure.
+        reasoning: A reasoning model's format (and budget): the output's reasoning is split
+            from its text (``StreamChunk.reasoning``, ``Completion.reasoning``) and its tokens
+            counted (``Usage.reasoning_tokens``); see ``ReasoningSpec``.
         request_id: Identifier carried by every event and error of this request.
     """
 
@@ -196,6 +205,7 @@ class GenerationRequest:
     timeout: float | None = None
     special: bool = False
     logprobs: int | None = None
+    reasoning: ReasoningSpec | None = None
     request_id: str = field(default_factory=new_request_id)
 
     def validate_common(self, n_vocab: int) -> None:
@@ -218,6 +228,9 @@ class GenerationRequest:
                 f"logprobs must be None or an integer from 0 to {MAX_TOP_LOGPROBS}, "
                 f"not {self.logprobs!r}"
             )
+        reasoning = self.reasoning
+        if reasoning is not None and reasoning.budget is not None and reasoning.budget < 0:
+            problems.append("the reasoning budget must be >= 0 tokens")
         if self.grammar is not None and not self.grammar.strip():
             problems.append("grammar is empty")
         if isinstance(self.grammar_triggers, str):
@@ -282,12 +295,15 @@ class Usage:
 
     ``prompt_tokens`` counts every prompt token the model read, image embeddings included (
     ``prompt_image_tokens`` of them); ``cached_prompt_tokens`` were reused from the KV cache.
+    ``reasoning_tokens`` are the completion tokens up to the one that ended a reasoning
+    model's thinking (a request with ``reasoning`` set).
     """
 
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int = 0
     prompt_image_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -352,6 +368,8 @@ class StreamChunk:
     text held back as a possible stop string), and the text of the tokens that make up a stop
     string is never shown. Concatenated over all chunks they give one entry per generated token;
     a final end-of-generation token is not one. ``logprobs`` is empty unless the request asked.
+    ``reasoning`` is the piece of a reasoning model's thinking (a request with ``reasoning``
+    set), kept out of ``text``.
     """
 
     request_id: str
@@ -361,11 +379,13 @@ class StreamChunk:
     usage: Usage | None = None
     timings: Timings | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished answer. ``logprobs`` (one per token of ``token_ids``) only when asked for."""
+    """A finished answer. ``logprobs`` (one per token of ``token_ids``) only when asked for;
+    ``reasoning``: a reasoning model's thinking, kept out of ``text``."""
 
     request_id: str
     text: str
@@ -374,6 +394,7 @@ class Completion:
     usage: Usage
     timings: Timings
     logprobs: tuple[TokenLogprob, ...] | None = None
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)

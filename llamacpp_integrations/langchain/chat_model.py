@@ -34,9 +34,11 @@ from ..client import (
 )
 from ..client.settings import SAMPLING_SETTINGS
 from ..engine import ChatRequest, EngineConfig, InferenceEngine
+from ..engine.chat_template import TemplateRenderer
+from ..errors import LlamaCppIntegrationError
 from ..models import read_gguf_info, resolve_model_path
 from ..multimodal import image_reader_for
-from ..tools import ToolStreamChunk
+from ..tools import ToolStreamChunk, detect_reasoning
 from .messages import (
     PROVIDER,
     invalid_tool_calls,
@@ -51,6 +53,15 @@ from .messages import (
 from .structured_output import structured_output
 
 __all__ = ["ChatLlamaCpp"]
+
+
+def _shows_reasoning(template: str) -> bool:
+    """Whether a chat template has a reasoning format (a template that fails to render
+    shows none)."""
+    try:
+        return detect_reasoning(TemplateRenderer(template)) is not None
+    except LlamaCppIntegrationError:
+        return False
 
 
 class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings):
@@ -103,6 +114,12 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     """Allow several tool calls in one answer (``bind_tools`` may override it)."""
     streaming: bool = False
     """Make ``invoke`` stream internally, so callbacks get ``on_llm_new_token`` per delta."""
+    reasoning: bool | None = None
+    """A reasoning model's thinking: ``True``/``False`` turn it on or off through the
+    template's switch (Qwen3's ``enable_thinking``), ``None`` keeps the template's default.
+    Whatever the setting, a reasoning model's thinking is kept out of ``content``: it is in
+    ``additional_kwargs["reasoning_content"]`` and a ``reasoning`` block of
+    ``content_blocks``. Templates without a reasoning format ignore it."""
 
     def _supplied_engine(self) -> InferenceEngine | None:
         return self.engine
@@ -153,6 +170,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         # What one request gets from the engine these settings make, not the training context.
         context = EngineConfig(**engine_settings_of(self)).sequence_context(info.context_length)
         images = self.engine.info.supports_images if self.engine is not None else bool(self.mmproj)
+        template = self.chat_template or info.chat_template
         return ModelProfile(
             name=info.name or Path(str(self.model)).stem,
             max_input_tokens=context,
@@ -169,6 +187,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
             tool_call_streaming=True,
             structured_output=True,
             temperature=True,
+            reasoning_output=template is not None and _shows_reasoning(template),
         )
 
     # ---- tokens ---------------------------------------------------------------------------
@@ -264,6 +283,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     def _chat_result(self, result: CallResult, name: str) -> ChatResult:
         completion = result.completion
         additional: dict[str, Any] = {}
+        if result.reasoning:
+            additional["reasoning_content"] = result.reasoning
         if result.tool_calls:
             additional["tool_calls"] = openai_tool_calls(result.tool_calls)
         metadata = response_metadata(
@@ -290,6 +311,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
             id=piece.request_id,
             chunk_position="last" if last else None,
         )
+        if piece.reasoning:
+            message.additional_kwargs["reasoning_content"] = piece.reasoning
         if last:
             assert piece.usage is not None  # the engine's last chunk always carries usage
             message.usage_metadata = usage_metadata(piece.usage)

@@ -26,7 +26,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages import InvalidToolCall as LCInvalidToolCall
-from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
+from langchain_core.messages.ai import InputTokenDetails, OutputTokenDetails, UsageMetadata
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk
 
@@ -172,6 +172,10 @@ def to_engine_messages(
         }
         if message.name and role in ("user", "assistant", "system"):
             item["name"] = message.name
+        if isinstance(message, AIMessage) and (reasoning := _reasoning_of(message)):
+            # ``reasoning_content`` is the engine's field for it: the engine gives it to
+            # templates that render earlier reasoning, under the name they read.
+            item["reasoning_content"] = reasoning
         if isinstance(message, AIMessage) and message.tool_calls:
             item["tool_calls"] = [
                 {
@@ -191,6 +195,23 @@ def to_engine_messages(
             item["name"] = message.name
         out.append(item)
     return out
+
+
+def _reasoning_of(message: AIMessage) -> str:
+    """An earlier answer's reasoning: ``additional_kwargs["reasoning_content"]`` (how this
+    and other local integrations return it), or reasoning / thinking blocks in its content."""
+    given = message.additional_kwargs.get("reasoning_content")
+    if isinstance(given, str):
+        return given
+    if isinstance(message.content, str):
+        return ""
+    texts = []
+    for block in message.content:
+        if isinstance(block, dict) and block.get("type") in ("reasoning", "thinking"):
+            text = block.get("reasoning", block.get("thinking"))
+            if isinstance(text, str):
+                texts.append(text)
+    return "".join(texts)
 
 
 def _prefixed(prefix: str, content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
@@ -234,12 +255,16 @@ def tool_call_chunks(deltas: Sequence[ToolCallDelta]) -> list[ToolCallChunk]:
 
 
 def usage_metadata(usage: Usage) -> UsageMetadata:
-    return UsageMetadata(
+    """Token counts, with a reasoning model's thinking tokens among the output's details."""
+    metadata = UsageMetadata(
         input_tokens=usage.prompt_tokens,
         output_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
         input_token_details=InputTokenDetails(cache_read=usage.cached_prompt_tokens),
     )
+    if usage.reasoning_tokens:
+        metadata["output_token_details"] = OutputTokenDetails(reasoning=usage.reasoning_tokens)
+    return metadata
 
 
 def openai_tool_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ merging call options, planning tool and structured calls and running them live i
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -135,6 +136,14 @@ class LlamaCpp(
         description="complete() sends the prompt as raw text (no chat template) when True; "
         "by default it is one user message of a chat.",
     )
+    thinking: bool | None = Field(
+        default=None,
+        description="A reasoning model's thinking: True/False turn it on or off through the "
+        "template's switch (Qwen3's enable_thinking), None keeps the template's default. "
+        "Whatever the setting, the thinking is kept out of the answer's text: it is the "
+        "message's ThinkingBlock (streamed as additional_kwargs['thinking_delta']). Templates "
+        "without a reasoning format ignore it.",
+    )
 
     _given_engine: InferenceEngine | None = PrivateAttr(default=None)
 
@@ -177,18 +186,21 @@ class LlamaCpp(
     def _site(self) -> CallSite:
         # A call cut short by max_tokens is reported (raw["invalid_tool_calls"]), not raised:
         # the agent then reads the answer as a reply instead of failing the run.
-        return CallSite.of(self, "LlamaCpp", cut_calls="keep")
+        site = CallSite.of(self, "LlamaCpp", cut_calls="keep")
+        # LlamaIndex spells the reasoning switch ``thinking`` (as its Ollama LLM does).
+        return replace(site, defaults={**site.defaults, "reasoning": self.thinking})
 
     def _chat(self, kwargs: dict[str, Any], messages: Sequence[ChatMessage]) -> PreparedCall:
         return self._site().prepare(
-            _with_openai_tools(kwargs), partial(to_engine_messages, messages)
+            _with_openai_tools(_thinking_renamed(kwargs)), partial(to_engine_messages, messages)
         )
 
     async def _achat(self, kwargs: dict[str, Any], messages: Sequence[ChatMessage]) -> PreparedCall:
         translate = partial(to_engine_messages, messages)
-        return await self._site().aprepare(_with_openai_tools(kwargs), translate)
+        return await self._site().aprepare(_with_openai_tools(_thinking_renamed(kwargs)), translate)
 
     def _completion(self, kwargs: dict[str, Any], prompt: str, formatted: bool) -> PreparedCall:
+        kwargs = _thinking_renamed(kwargs)
         if not self.raw_completion:
             user = [ChatMessage(role=MessageRole.USER, content=prompt)]
             return self._site().prepare(kwargs, partial(to_engine_messages, user), chat=False)
@@ -197,6 +209,7 @@ class LlamaCpp(
     async def _acompletion(
         self, kwargs: dict[str, Any], prompt: str, formatted: bool
     ) -> PreparedCall:
+        kwargs = _thinking_renamed(kwargs)
         if not self.raw_completion:
             user = [ChatMessage(role=MessageRole.USER, content=prompt)]
             translate = partial(to_engine_messages, user)
@@ -335,6 +348,13 @@ class LlamaCpp(
                 f"expected at least one tool call, got none (reply: {response.message.content!r})"
             )
         return selections
+
+
+def _thinking_renamed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Call keywords with LlamaIndex's ``thinking`` as the engine's ``reasoning`` option."""
+    if "thinking" not in kwargs:
+        return kwargs
+    return {("reasoning" if key == "thinking" else key): value for key, value in kwargs.items()}
 
 
 def _with_openai_tools(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -4,10 +4,11 @@
   ``chatbot`` / ``model`` -> ``assistant``; ``tool`` / ``function`` -> ``tool``;
 * blocks: ``TextBlock`` -> text (several are joined with a newline, as ``ChatMessage.content``
   joins them); ``ToolCallBlock`` on an assistant message -> an OpenAI-style tool call;
-  ``ThinkingBlock`` (an earlier answer's reasoning, which chat templates leave out of the
-  history anyway) and ``CachePoint`` (a provider's cache hint: the engine reuses cached prompt
-  prefixes by itself) are left out; ``ImageBlock`` (its data, path or URL) is read with the
-  LLM's image reader, which holds it to the ``ImagePolicy`` and decodes it, and the message then
+  ``ThinkingBlock`` on an assistant message -> its reasoning (the engine gives it to templates
+  that render earlier reasoning, and leaves it out elsewhere); ``CachePoint`` (a provider's
+  cache hint: the engine reuses cached prompt prefixes by itself) is left out; ``ImageBlock``
+  (its data, path or URL) is read with the LLM's image reader, which holds it to the
+  ``ImagePolicy`` and decodes it, and the message then
   carries text and image parts in their order (``ImageInputNotSupportedError`` when the model
   has no projector, before anything is read); any other block raises
   ``UnsupportedContentError`` naming it;
@@ -213,6 +214,7 @@ def to_engine_message(message: LIChatMessage, read_image: ImageReader | None = N
         raise InvalidRequestError(f"message role {message.role!r} is not supported")
     parts: list[dict[str, Any]] = []
     call_blocks: list[ToolCallBlock] = []
+    thoughts = [b.content for b in message.blocks if isinstance(b, ThinkingBlock) and b.content]
     for index, block in enumerate(message.blocks):
         if isinstance(block, ToolCallBlock):
             if role != "assistant":
@@ -231,7 +233,10 @@ def to_engine_message(message: LIChatMessage, read_image: ImageReader | None = N
         calls = _calls_from_blocks(call_blocks)
         if not calls and kwargs.get("tool_calls"):
             calls = _calls_from_kwargs(kwargs["tool_calls"])
-        return ChatMessage(role=role, content=content, tool_calls=calls or None)
+        reasoning = "".join(thoughts) or None
+        return ChatMessage(
+            role=role, content=content, tool_calls=calls or None, reasoning=reasoning
+        )
     if role == "tool":
         call_id = kwargs.get("tool_call_id")
         name = kwargs.get("name") or kwargs.get("tool_name")

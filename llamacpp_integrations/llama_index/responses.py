@@ -1,9 +1,10 @@
 """Engine answers translated into LlamaIndex responses.
 
-An answer becomes an assistant ``ChatMessage`` whose blocks are the reply text and one
-``ToolCallBlock`` per call, with the same calls in ``additional_kwargs["tool_calls"]`` in the
-OpenAI shape (``arguments`` as a JSON string) that llama-index-llms-openai users read. ``raw``
-holds what the engine reported (id, model, finish reason, usage with cached tokens, timings),
+An answer becomes an assistant ``ChatMessage`` whose blocks are a reasoning model's thinking
+(a ``ThinkingBlock`` with its token count), the reply text and one ``ToolCallBlock`` per call,
+with the same calls in ``additional_kwargs["tool_calls"]`` in the OpenAI shape (``arguments``
+as a JSON string) that llama-index-llms-openai users read. ``raw`` holds what the engine
+reported (id, model, finish reason, usage with cached and reasoning tokens, timings),
 ``additional_kwargs`` the token counts, ``logprobs`` each token first and then its step's most
 likely tokens.
 """
@@ -21,6 +22,7 @@ from llama_index.core.base.llms.types import (
     LogProb,
     MessageRole,
     TextBlock,
+    ThinkingBlock,
     ToolCallBlock,
 )
 from llama_index.core.llms.llm import ToolSelection
@@ -66,12 +68,20 @@ class PartialToolCall:
 
 
 def assistant_message(
-    content: str, tool_calls: Sequence[ToolCall | PartialToolCall] = ()
+    content: str,
+    tool_calls: Sequence[ToolCall | PartialToolCall] = (),
+    *,
+    reasoning: str = "",
+    reasoning_tokens: int | None = None,
 ) -> ChatMessage:
-    """The assistant message of an answer: its text, then one ``ToolCallBlock`` per call; the
-    calls are also in ``additional_kwargs["tool_calls"]`` (OpenAI shape)."""
+    """The assistant message of an answer: a reasoning model's thinking (a ``ThinkingBlock``),
+    its text, then one ``ToolCallBlock`` per call; the calls are also in
+    ``additional_kwargs["tool_calls"]`` (OpenAI shape)."""
     partial = [c if isinstance(c, PartialToolCall) else PartialToolCall.of(c) for c in tool_calls]
-    blocks: list[Any] = [TextBlock(text=content)]
+    blocks: list[Any] = []
+    if reasoning:
+        blocks.append(ThinkingBlock(content=reasoning, num_tokens=reasoning_tokens))
+    blocks.append(TextBlock(text=content))
     blocks += [
         ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.kwargs())
         for call in partial
@@ -126,6 +136,7 @@ def response_raw(
         else {
             **usage_kwargs(usage),
             "cached_prompt_tokens": usage.cached_prompt_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
         },
         "timings": None if timings is None else asdict(timings),
     }
@@ -197,8 +208,14 @@ def chat_response(result: CallResult, model: str) -> ChatResponse:
     """A whole answer as a ``ChatResponse`` (text and tool calls in its message)."""
     completion = result.completion
     raw = completion_raw(completion, model, result.finish_reason)
+    message = assistant_message(
+        result.content,
+        result.tool_calls,
+        reasoning=result.reasoning,
+        reasoning_tokens=result.reasoning_tokens,
+    )
     return ChatResponse(
-        message=assistant_message(result.content, result.tool_calls),
+        message=message,
         raw={**raw, **guard_report(result.invalid_calls, result.repeats_prevented)},
         additional_kwargs=usage_kwargs(completion.usage),
         logprobs=to_logprobs(completion.logprobs),
@@ -206,11 +223,15 @@ def chat_response(result: CallResult, model: str) -> ChatResponse:
 
 
 def completion_response(result: CallResult, model: str) -> CompletionResponse:
-    """A whole answer as a ``CompletionResponse``."""
+    """A whole answer as a ``CompletionResponse`` (a reasoning model's thinking in
+    ``additional_kwargs["thinking"]``)."""
     completion = result.completion
+    additional: dict[str, Any] = dict(usage_kwargs(completion.usage))
+    if result.reasoning:
+        additional["thinking"] = result.reasoning
     return CompletionResponse(
         text=result.content,
         raw=completion_raw(completion, model, result.finish_reason),
-        additional_kwargs=usage_kwargs(completion.usage),
+        additional_kwargs=additional,
         logprobs=to_logprobs(completion.logprobs),
     )

@@ -55,7 +55,21 @@ async def aclosed(iterator: object) -> AsyncIterator[None]:
 
 
 def _is_news(piece: ToolStreamChunk) -> bool:
-    return bool(piece.text or piece.tool_call_deltas or piece.logprobs or piece.finish_reason)
+    return bool(
+        piece.text
+        or piece.reasoning
+        or piece.tool_call_deltas
+        or piece.logprobs
+        or piece.finish_reason
+    )
+
+
+def _additional(piece: ToolStreamChunk) -> dict[str, Any]:
+    # ``thinking_delta`` is where LlamaIndex's agents read streamed thinking (AgentStream).
+    additional: dict[str, Any] = dict(usage_kwargs(piece.usage))
+    if piece.reasoning:
+        additional["thinking_delta"] = piece.reasoning
+    return additional
 
 
 def _raw(piece: ToolStreamChunk, model: str) -> dict[str, Any]:
@@ -69,11 +83,13 @@ class ChatStream:
     def __init__(self, model: str) -> None:
         self._model = model
         self._text = ""
+        self._reasoning = ""
         self._calls: dict[int, PartialToolCall] = {}
 
     def read(self, piece: ToolStreamChunk) -> ChatResponse | None:
         """The response after ``piece`` (``None`` when it adds nothing)."""
         self._text += piece.text
+        self._reasoning += piece.reasoning
         for delta in piece.tool_call_deltas:
             call = self._calls.get(delta.index)
             if call is None:
@@ -85,11 +101,17 @@ class ChatStream:
             self._calls = {i: PartialToolCall.of(c) for i, c in enumerate(piece.tool_calls)}
         if not _is_news(piece):
             return None
+        message = assistant_message(
+            self._text,
+            list(self._calls.values()),
+            reasoning=self._reasoning,
+            reasoning_tokens=None if piece.usage is None else piece.usage.reasoning_tokens,
+        )
         return ChatResponse(
-            message=assistant_message(self._text, list(self._calls.values())),
+            message=message,
             delta=piece.text,
             raw=_raw(piece, self._model),
-            additional_kwargs=usage_kwargs(piece.usage),
+            additional_kwargs=_additional(piece),
             logprobs=to_logprobs(piece.logprobs),
         )
 
@@ -110,7 +132,7 @@ class CompletionStream:
             text=self._text,
             delta=piece.text,
             raw=_raw(piece, self._model),
-            additional_kwargs=usage_kwargs(piece.usage),
+            additional_kwargs=_additional(piece),
             logprobs=to_logprobs(piece.logprobs),
         )
 

@@ -5,7 +5,9 @@
   schema, and that value read back;
 * ``plan_tool_request`` / ``read_tool_answer`` / ``ToolAnswerReader``: a request whose answer
   may call tools (every call well-formed, naming an offered tool, with schema-valid arguments),
-  and its text and calls read back, whole or streamed.
+  and its text and calls read back, whole or streamed;
+* ``detect_reasoning`` / ``answer_grammar``: which reasoning format a template uses, and
+  grammars that constrain a reasoning model's answer only after its thinking.
 
 Running a plan is ``llamacpp_integrations.client``'s job (``client.generate`` and kin).
 """
@@ -16,6 +18,8 @@ from .call_syntax import HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, TOOL_CALL_LIST, 
 from .grammar import any_json_gbnf, json_object_gbnf, schema_to_gbnf
 from .loop_guard import answered_calls, canonical_arguments, follow_up_request
 from .partial_json import parse_partial_json
+from .reasoning_detect import detect_reasoning
+from .reasoning_grammar import answer_grammar, answer_trigger_prefix, written_reasoning
 from .structured import StructuredResult, constrain, read_structured
 from .tool_calling import (
     CutCalls,
@@ -61,10 +65,13 @@ __all__ = [
     "ToolChoice",
     "ToolSpec",
     "ToolStreamChunk",
+    "answer_grammar",
+    "answer_trigger_prefix",
     "answered_calls",
     "any_json_gbnf",
     "canonical_arguments",
     "constrain",
+    "detect_reasoning",
     "detect_tool_support",
     "follow_up_request",
     "json_object_gbnf",
@@ -78,4 +85,5 @@ __all__ = [
     "read_structured",
     "read_tool_answer",
     "schema_to_gbnf",
+    "written_reasoning",
 ]

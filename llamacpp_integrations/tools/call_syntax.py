@@ -63,11 +63,17 @@ class CallSyntax:
     special_markers: bool = False
     empty_allowed: bool = False
 
-    def trigger_patterns(self) -> tuple[str, ...]:
-        """Regexes (llama.cpp lazy-grammar triggers) matching where the calls start."""
+    def trigger_patterns(self, after: str = "") -> tuple[str, ...]:
+        """Regexes (llama.cpp lazy-grammar triggers) matching where the calls start; with
+        ``after`` (a regex for what precedes the answer, e.g. a reasoning model's finished
+        thinking), only calls after it."""
+        if not after:
+            if self.opener:
+                return (re.escape(self.opener),)
+            return (rf"^\s*({self.start_pattern})[\s\S]*$",)
         if self.opener:
-            return (re.escape(self.opener),)
-        return (rf"^\s*({self.start_pattern})[\s\S]*$",)
+            return (rf"^{after}[\s\S]*?({re.escape(self.opener)}[\s\S]*)$",)
+        return (rf"^{after}\s*((?:{self.start_pattern})[\s\S]*)$",)
 
 
 HERMES = CallSyntax(

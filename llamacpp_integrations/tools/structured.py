@@ -16,6 +16,7 @@ from typing import Any
 from ..engine import ChatRequest, Completion, CompletionRequest
 from ..errors import EngineError, OutputTruncatedError
 from .grammar import json_object_gbnf, schema_to_gbnf
+from .reasoning_grammar import answer_grammar
 
 __all__ = ["StructuredResult", "constrain", "read_structured"]
 
@@ -34,9 +35,12 @@ def constrain(request: Request, schema: Mapping[str, Any] | None) -> Request:
     """The request with its grammar set from ``schema`` (``None``: any JSON object).
 
     Stop strings are dropped: the grammar decides where the answer ends, and a stop string met
-    inside a JSON string would cut the document in half.
+    inside a JSON string would cut the document in half. A reasoning model (a request with
+    ``reasoning`` set) thinks freely first; the JSON comes after its reasoning.
     """
     grammar = json_object_gbnf() if schema is None else schema_to_gbnf(schema)
+    if request.reasoning is not None:
+        grammar = answer_grammar(request.reasoning, grammar)
     return replace(request, grammar=grammar, stop=())
 
 

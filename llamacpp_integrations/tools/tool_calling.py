@@ -38,6 +38,7 @@ from ..engine.chat_template import messages_to_dicts
 from ..errors import OutputTruncatedError, ToolCallParseError
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
 from .loop_guard import CallKey, RepeatFilter, answered_calls
+from .reasoning_grammar import answer_grammar, answer_trigger_prefix
 from .tool_grammar import tool_calls_gbnf
 from .tool_parser import ToolCallStream
 from .tool_prompt import (
@@ -123,7 +124,9 @@ class ToolCallResult:
 class ToolStreamChunk:
     """One streamed piece: reply text and call deltas. The last chunk has ``finish_reason``,
     ``usage``, ``timings``, every finished call in ``tool_calls``, the calls cut short in
-    ``invalid_calls`` and the count of repeats the loop guard dropped. ``logprobs`` are those of
+    ``invalid_calls`` and the count of repeats the loop guard dropped. ``reasoning`` is the
+    reasoning text a reasoning model wrote since the previous piece (kept out of ``text``;
+    ``usage.reasoning_tokens`` counts it). ``logprobs`` are those of
     the tokens sampled since the previous piece (when the request asked for them), whether
     their text became reply text, call markup or arguments."""
 
@@ -137,6 +140,7 @@ class ToolStreamChunk:
     logprobs: tuple[TokenLogprob, ...] = ()
     invalid_calls: tuple[InvalidToolCall, ...] = ()
     repeats_prevented: int = 0
+    reasoning: str = ""
 
     @classmethod
     def of_text(cls, chunk: StreamChunk) -> ToolStreamChunk:
@@ -167,7 +171,8 @@ def plan_tool_request(
 
     ``support`` (from :func:`detect_tool_support`) may be passed to skip probing the template.
     In ``auto`` mode a call repeating one already answered in the conversation is not
-    returned (the loop guard) unless ``allow_repeated_calls``.
+    returned (the loop guard) unless ``allow_repeated_calls``. For a reasoning model (a
+    request with ``reasoning`` set) the calls are constrained only after its reasoning.
 
     Raises:
         InvalidRequestError: bad tools or tool choice (names the problem).
@@ -192,7 +197,11 @@ def plan_tool_request(
     grammar = tool_calls_gbnf(
         callable_tools, syntax, parallel=parallel, allow_text=not native and not choice.must_call
     )
-    triggers = syntax.trigger_patterns() if native and not choice.must_call else ()
+    spec = request.reasoning
+    after = "" if spec is None else answer_trigger_prefix(spec)
+    triggers = syntax.trigger_patterns(after) if native and not choice.must_call else ()
+    if spec is not None and not triggers:
+        grammar = answer_grammar(spec, grammar)
     if native:
         shown_tools: list[dict[str, Any]] | None = [t.to_openai() for t in specs]
     else:

@@ -105,7 +105,9 @@ def assert_usage(response: Any) -> None:
         "completion_tokens",
         "total_tokens",
         "cached_prompt_tokens",
+        "reasoning_tokens",
     }
+    assert usage["reasoning_tokens"] == 0  # SmolLM2's own template has no reasoning format
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert usage["completion_tokens"] >= 1
     assert response.additional_kwargs == {

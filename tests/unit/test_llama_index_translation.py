@@ -152,7 +152,7 @@ def test_empty_message_is_empty_text() -> None:
     assert to_engine_message(ChatMessage(role="user", blocks=[])).content == ""
 
 
-def test_thinking_and_cache_points_are_left_out() -> None:
+def test_thinking_goes_back_as_reasoning_and_cache_points_are_left_out() -> None:
     message = ChatMessage(
         role="assistant",
         blocks=[
@@ -161,7 +161,10 @@ def test_thinking_and_cache_points_are_left_out() -> None:
             CachePoint(cache_control=CacheControl(type="ephemeral")),
         ],
     )
-    assert to_engine_message(message).content == "answer"
+    translated = to_engine_message(message)
+    assert translated.content == "answer"
+    assert translated.reasoning == "let me think"
+    assert translated.to_template_dict()["reasoning_content"] == "let me think"
 
 
 def _image_blocks(tmp_path: Path) -> dict[str, ImageBlock]:
@@ -399,7 +402,7 @@ def test_logprobs_put_the_generated_token_first() -> None:
 
 
 def test_usage_shapes() -> None:
-    usage = Usage(prompt_tokens=10, completion_tokens=5, cached_prompt_tokens=4)
+    usage = Usage(prompt_tokens=10, completion_tokens=5, cached_prompt_tokens=4, reasoning_tokens=3)
     assert usage_kwargs(usage) == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     raw = response_raw("req-1", "m", "stop", usage, None)
     assert raw["usage"] == {
@@ -407,6 +410,7 @@ def test_usage_shapes() -> None:
         "completion_tokens": 5,
         "total_tokens": 15,
         "cached_prompt_tokens": 4,
+        "reasoning_tokens": 3,
     }
     assert raw["finish_reason"] == "stop" and raw["id"] == "req-1"
 

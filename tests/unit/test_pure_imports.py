@@ -28,6 +28,7 @@ PURE_MODULES = [
     "llamacpp_integrations.engine.logprobs",
     "llamacpp_integrations.engine.media",
     "llamacpp_integrations.engine.output",
+    "llamacpp_integrations.engine.reasoning",
     "llamacpp_integrations.engine.registry",
     "llamacpp_integrations.engine.requests",
     "llamacpp_integrations.engine.scheduler",
