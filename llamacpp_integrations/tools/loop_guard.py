@@ -146,13 +146,14 @@ def _whole_key(call: _Call) -> CallKey | None:
 @dataclass
 class RepeatFilter:
     """Call deltas and finished calls of one answer with repeats of ``answered`` held back,
-    then dropped. ``prevented`` counts the repeats dropped.
+    then dropped. ``prevented`` counts the repeats dropped. With ``answered`` ``None`` (the
+    guard off) every call passes as written.
 
     Calls are shown in the order they were written: while one is held, the ones after it are
     held too, so the indexes the caller sees match the finished calls' order.
     """
 
-    answered: frozenset[CallKey]
+    answered: frozenset[CallKey] | None
     prevented: int = 0
     _calls: dict[int, _Call] = field(default_factory=dict)
     _shown: int = 0
@@ -168,6 +169,8 @@ class RepeatFilter:
         """The last deltas and the answer's calls, repeats dropped (the rest shown). A call
         that repeats an earlier call of the same answer is dropped too."""
         self._add(deltas)
+        if self.answered is None:
+            return self._flush(drop=set()), tuple(calls)
         seen = set(self.answered)
         drop: set[int] = set()
         for index, call in enumerate(calls):
@@ -192,7 +195,7 @@ class RepeatFilter:
         earlier: set[CallKey] = set()  # the answer's own calls so far: no call twice either
         for index in sorted(self._calls):
             call = self._calls[index]
-            forbidden = self.answered | earlier
+            forbidden = frozenset() if self.answered is None else self.answered | earlier
             key = _whole_key(call)
             if key is not None:
                 earlier.add(key)

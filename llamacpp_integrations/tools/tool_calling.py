@@ -82,7 +82,8 @@ class ToolCallPlan:
     """An engine request ready to submit, and how to read its answer.
 
     ``syntax`` is ``None`` when no call can come back (``tool_choice="none"``); ``answered``
-    holds the calls the loop guard keeps from being made again (see ``loop_guard``).
+    holds the calls the loop guard keeps from being made again (see ``loop_guard``), ``None``
+    where the guard is off (``allow_repeated_calls``, or a choice that demands calls).
     """
 
     request: ChatRequest
@@ -90,7 +91,7 @@ class ToolCallPlan:
     tools: tuple[ToolSpec, ...]
     choice: ToolChoice
     native: bool
-    answered: frozenset[CallKey] = frozenset()
+    answered: frozenset[CallKey] | None = None
     cut: CutCalls = "raise"
 
 
@@ -185,7 +186,7 @@ def plan_tool_request(
         support = detect_tool_support(engine, request.chat_template)
     messages = messages_to_dicts(request.messages)
     guard = choice.mode == "auto" and choice.name is None and not allow_repeated_calls
-    answered = answered_calls(messages) if guard else frozenset()
+    answered = answered_calls(messages) if guard else None
     native = support.syntax is not None
     syntax = support.syntax or TOOL_CALL_LIST
     messages = native_history(messages, syntax) if native else fallback_history(messages)

@@ -14,7 +14,9 @@ the same run. All runs share one loaded model (the adapters are module fixtures)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -92,3 +94,33 @@ def test_every_task_finishes_with_an_answer(
     run = run_task(framework, task)
     assert run.finished, (run.stopped_by, run.steps, run.repeated_calls, run.error)
     assert run.answer.strip()
+
+
+def test_function_agent_answers_after_one_multiply_call(smollm_path: Path) -> None:
+    """The case the loop guard was made for: a ``FunctionAgent`` with one ``multiply`` tool on
+    SmolLM2 at temperature 0 used to call ``multiply(6, 7)`` after every result until
+    ``max_iterations`` ended the run with ``WorkflowRuntimeError``."""
+    from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ToolCallResult
+    from llama_index.core.tools import FunctionTool
+
+    from llamacpp_integrations.llama_index import LlamaCpp
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers and return the product."""
+        return a * b
+
+    llm = LlamaCpp(model=str(smollm_path), temperature=0)
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(multiply)], llm=llm)
+
+    async def run() -> tuple[list[tuple[str, dict[str, object]]], AgentOutput]:
+        handler = agent.run(user_msg="What is 6 times 7? Use the multiply tool.")
+        calls = [
+            (event.tool_name, event.tool_kwargs)
+            async for event in handler.stream_events()
+            if isinstance(event, ToolCallResult)
+        ]
+        return calls, await handler
+
+    calls, output = asyncio.run(run())
+    assert [name for name, _ in calls] == ["multiply"]
+    assert output.response.content and output.response.content.strip()

@@ -178,3 +178,17 @@ def test_a_call_repeating_an_earlier_call_of_the_same_answer_is_dropped() -> Non
         0: ("multiply", '{"a": 10, "b": 20}'),
         1: ("multiply", '{"a": 10, "b": 21}'),
     }
+
+
+def test_with_the_guard_off_every_call_passes_as_written() -> None:
+    guard = RepeatFilter(None)
+    first = _deltas("x", "multiply", '{"a": 10, "b": 20}')
+    second = _deltas("y", "multiply", '{"a": 10, "b": 20}', 1)
+    shown = _stream(guard, first + second)
+    finished = [
+        _call("x", "multiply", {"a": 10, "b": 20}),
+        _call("y", "multiply", {"a": 10, "b": 20}),
+    ]
+    last, calls = guard.finish([], finished)
+    assert [c.id for c in calls] == ["x", "y"] and guard.prevented == 0
+    assert last == [] and len(_joined(shown)) == 2  # nothing was held back
