@@ -196,7 +196,18 @@ def test_agent_runs_two_tool_rounds() -> None:
     tool_results = [m for m in messages if isinstance(m, ToolMessage)]
     calls = [c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
     assert turns == ["any", "any", "none"]
-    assert len(tool_results) >= 2 and all(r.status != "error" for r in tool_results)
+    # Under "any" the model may write more calls than max_tokens leaves room for: the one cut
+    # short is an invalid call of a message that ended on "length", and the agent answers it
+    # with an error result. Every other result is a success.
+    cut_ids = {
+        c["id"]
+        for m in messages
+        if isinstance(m, AIMessage) and m.response_metadata.get("finish_reason") == "length"
+        for c in m.invalid_tool_calls
+    }
+    errors = [r for r in tool_results if r.status == "error"]
+    assert {r.tool_call_id for r in errors} <= cut_ids
+    assert len(tool_results) - len(errors) >= 2
     assert {c["name"] for c in calls} <= {"add", "multiply"}
     assert all(isinstance(c["args"]["a"], int) and isinstance(c["args"]["b"], int) for c in calls)
     final = messages[-1]
