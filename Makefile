@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-report llama-server bench-server clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,9 @@ bench-loop: models
 # docs/guides/agents.md come from it.
 bench-agents: models
 	$(BIN)/python benchmarks/agent_tasks.py --json benchmarks/results/agent_tasks.json
+
+bench-lifecycle: models
+	$(BIN)/python benchmarks/lifecycle_rss.py --json benchmarks/results/lifecycle_rss.json
 
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
 # About half an hour here (plus the llama-server build the first time).

@@ -94,7 +94,19 @@ def engine_settings_of(
 
 class EngineBound(BaseModel):
     """An adapter bound to an engine by its settings: they are checked at construction, and
-    ``binding`` reaches the engine they name."""
+    ``binding`` reaches the engine they name.
+
+    ``close()`` (or leaving a ``with`` block) lets go of the engine: the last adapter holding
+    it unloads it and frees its memory, at once or ``keep_alive`` seconds later. A closed
+    adapter loads again if it is called again.
+    """
+
+    keep_alive: float | None = Field(
+        default=None,
+        description="Seconds the engine stays loaded after the last adapter using it closes "
+        "(or is collected), in case another takes it; None or 0 unloads at once, -1 keeps it "
+        "until llamacpp_integrations.engine.registry.unload_kept_engines().",
+    )
 
     _binding: EngineBinding | None = PrivateAttr(default=None)
 
@@ -123,8 +135,30 @@ class EngineBound(BaseModel):
                 model=getattr(self, "model", None),
                 settings=self._engine_settings(),
                 engine=self._supplied_engine(),
+                keep_alive=self.keep_alive,
             )
         return self._binding
+
+    def close(self) -> None:
+        """Let go of the engine (see the class docstring); an engine passed in stays open."""
+        if self._binding is not None:
+            self._binding.close()
+
+    async def aclose(self) -> None:
+        """``close`` for async code (it does not block: unloading happens on the worker)."""
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
 
 if TYPE_CHECKING:
@@ -141,6 +175,7 @@ if TYPE_CHECKING:
         n_batch: int | None = None
         n_threads: int | None = None
         n_gpu_layers: int | None = None
+        kv_memory_budget: int | None = None
         flash_attention: bool | None = None
         kv_unified: bool | None = None
         use_mmap: bool | None = None

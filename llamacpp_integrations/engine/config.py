@@ -31,7 +31,7 @@ class WeightsKey:
     """What identifies a loaded copy of a model's weights (``model`` is a resolved path)."""
 
     model: str
-    n_gpu_layers: int
+    n_gpu_layers: int | None
     use_mmap: bool
     weight_repacking: bool | None
 
@@ -51,11 +51,19 @@ class EngineConfig:
             ``hf://owner/repo/file.gguf``), which lets requests carry images; ``None`` for a
             text-only engine. Loaded once beside the weights, whichever engines use it.
         n_seq_max: How many sequences are decoded together; more requests wait in the queue.
-        n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``0`` takes the model's
-            training context, capped at 4096.
+        n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``None`` (the
+            default) takes the model's training context, reduced only as far as needed for
+            ``n_seq_max`` sequences' KV cache to fit ``kv_memory_budget``; ``0`` takes the
+            training context whatever it costs; a number is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         n_threads: CPU threads for decoding; ``None`` uses every core.
-        n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all).
+        n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all, ``0`` for
+            none). ``None`` (the default): every layer when llama.cpp was built with a GPU
+            backend and the weights fit in the GPU's free memory, as many as fit when they do
+            not, none on a CPU build.
+        kv_memory_budget: Bytes this engine's KV cache may take when ``n_ctx_per_seq`` is
+            chosen for you. ``None``: half of the memory left after the weights, on the GPU
+            when layers are offloaded, else in RAM.
         flash_attention: Flash attention on or off. ``None`` leaves it off on the CPU (there it
             slowed a single stream as its context grew, measured on 2 cores) and to llama.cpp's
             choice when layers are offloaded to a GPU.
@@ -78,10 +86,11 @@ class EngineConfig:
     model: str | None = None
     mmproj: str | None = None
     n_seq_max: int = 8
-    n_ctx_per_seq: int = 2048
+    n_ctx_per_seq: int | None = None
     n_batch: int = 512
     n_threads: int | None = None
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None
+    kv_memory_budget: int | None = None
     flash_attention: bool | None = None
     kv_unified: bool = False
     use_mmap: bool = True
@@ -95,7 +104,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         checks = {
             "n_seq_max": self.n_seq_max >= 1,
-            "n_ctx_per_seq": self.n_ctx_per_seq >= 0,
+            "n_ctx_per_seq": self.n_ctx_per_seq is None or self.n_ctx_per_seq >= 0,
+            "n_gpu_layers": self.n_gpu_layers is None or self.n_gpu_layers >= -1,
+            "kv_memory_budget": self.kv_memory_budget is None or self.kv_memory_budget >= 0,
             "n_batch": self.n_batch >= 8,
             "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
@@ -106,17 +117,12 @@ class EngineConfig:
         if bad:
             raise InvalidRequestError(f"invalid EngineConfig values: {', '.join(bad)}")
 
-    @property
-    def use_flash_attention(self) -> bool | None:
-        """``flash_attention`` resolved: a bool, or ``None`` for llama.cpp's own choice."""
-        if self.flash_attention is None and self.n_gpu_layers == 0:
+    def flash_attention_for(self, n_gpu_layers: int) -> bool | None:
+        """``flash_attention`` resolved for weights with ``n_gpu_layers`` offloaded: a bool, or
+        ``None`` for llama.cpp's own choice."""
+        if self.flash_attention is None and n_gpu_layers == 0:
             return False
         return self.flash_attention
-
-    def sequence_context(self, n_ctx_train: int | None) -> int:
-        """The context one sequence gets (``n_ctx_per_seq`` resolved) for a model trained on
-        ``n_ctx_train`` tokens (``None``: unknown)."""
-        return self.n_ctx_per_seq or min(n_ctx_train or 4096, 4096)
 
     @property
     def weights(self) -> WeightsKey:

@@ -96,7 +96,7 @@ class EngineCore:
                 n_seq_max=self.config.n_seq_max,
                 n_batch=self.config.n_batch,
                 n_threads=self.config.threads,
-                flash_attention=self.config.use_flash_attention,
+                flash_attention=self.config.flash_attention_for(self.model.n_gpu_layers),
                 kv_unified=self.config.kv_unified,
             )
         return self._context

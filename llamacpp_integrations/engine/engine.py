@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import weakref
 from collections.abc import AsyncGenerator, Generator, Sequence
 from dataclasses import replace
@@ -27,6 +28,7 @@ from .inbox import Inbox
 from .interface import PromptRequest
 from .preprocess import Preprocessor, PromptLimits
 from .requests import EmbedJob, PreparedRequest
+from .sizing import context_for
 from .types import (
     ChatRequest,
     Completion,
@@ -37,6 +39,8 @@ from .types import (
 )
 
 __all__ = ["Engine"]
+
+log = logging.getLogger("llamacpp_integrations.engine")
 
 _MEAN_POOLING = POOLING_TYPES["mean"]
 
@@ -80,13 +84,18 @@ class Engine:
         gguf = read_gguf_info(config.model)  # refuses bad files before llama.cpp can abort
         tile = None if config.mmproj is None else _projector_image_side(config.mmproj)
         self.config = config
-        self.n_ctx_per_seq = config.sequence_context(gguf.context_length)
         pooling = POOLING_TYPES.get(config.embedding_pooling)
         if pooling is None:  # "model": the GGUF's own pooling, else mean
             pooling = gguf.pooling_type if gguf.pooling_type not in (None, 0) else _MEAN_POOLING
         host = open_host(config.weights)
         inbox = Inbox(config.max_queued, host.cond)
         try:
+            free_memory, weights_there = host.kv_memory()
+            self.context_choice = context_for(
+                config, gguf, free_memory=free_memory, weights_there=weights_there
+            )
+            self.n_ctx_per_seq = self.context_choice.n_ctx_per_seq
+            log.info("%s: %s", Path(config.model).name, self.context_choice.describe())
             attachment = host.attach(
                 config, inbox, n_ctx_per_seq=self.n_ctx_per_seq, embedding_pooling=pooling
             )
@@ -123,6 +132,8 @@ class Engine:
             # Projectors tile or downscale big images themselves; past a few tiles per side
             # more pixels only cost preprocessing time.
             image_max_side=None if tile is None else max(4 * tile, 1024),
+            n_gpu_layers=model.n_gpu_layers,
+            context_reason=self.context_choice.reason,
         )
         self._model = model
         self._media_marker = None if vision is None else vision.marker

@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import EngineClosedError
+from ..models import read_gguf_info
 from .config import EngineConfig, WeightsKey
 from .core import EngineCore, StatsBoard
+from .devices import gpu_free_memory, gpu_offload_supported
 from .inbox import Inbox
 from .runner import LoadedModel
+from .sizing import OffloadChoice, choose_offload, host_available_memory
 from .vision import VisionProjector
 
 __all__ = ["Attachment", "ModelHost", "open_host"]
@@ -94,6 +97,8 @@ class ModelHost:
         self._projectors: dict[str, tuple[VisionProjector, int]] = {}  # by file, with users
         self._core_ids = itertools.count()
         self._loaded: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
+        self.offload = OffloadChoice(0, "not loaded yet")
+        """How many layers went to the GPU, and why (set before the weights load)."""
         self.thread = threading.Thread(
             target=self._main, name=f"llamacpp-engine:{Path(key.model).name}", daemon=True
         )
@@ -105,6 +110,14 @@ class ModelHost:
 
     def wait_loaded(self) -> None:
         self._loaded.result()
+
+    def kv_memory(self) -> tuple[int | None, int]:
+        """Free bytes where a new KV cache goes (the GPU when layers were offloaded, else RAM),
+        and how many of them the weights may still take: mapped weights sit in the page cache,
+        which the kernel counts as available."""
+        if self.offload.n_gpu_layers != 0:
+            return gpu_free_memory(), 0
+        return host_available_memory(), self.model.size_bytes if self.key.use_mmap else 0
 
     def alive(self) -> bool:
         return self.thread.is_alive()
@@ -205,7 +218,7 @@ class ModelHost:
                 Path(config.mmproj),
                 self.model,
                 n_threads=config.threads,
-                use_gpu=self.key.n_gpu_layers != 0,
+                use_gpu=self.offload.n_gpu_layers != 0,
             )
             held = (projector, 0)
         self._projectors[key] = (held[0], held[1] + 1)
@@ -224,9 +237,10 @@ class ModelHost:
 
     def _main(self) -> None:
         try:
+            self.offload = self._choose_offload()
             model = LoadedModel(
                 Path(self.key.model),
-                n_gpu_layers=self.key.n_gpu_layers,
+                n_gpu_layers=self.offload.n_gpu_layers,
                 use_mmap=self.key.use_mmap,
                 weight_repacking=self.key.weight_repacking,
             )
@@ -253,6 +267,25 @@ class ModelHost:
                 projector.close()
             self._projectors.clear()
             model.close()
+
+    def _choose_offload(self) -> OffloadChoice:
+        requested = self.key.n_gpu_layers
+        supported = requested is None and gpu_offload_supported()
+        info = read_gguf_info(self.key.model)
+        choice = choose_offload(
+            requested=requested,
+            gpu_offload=supported,
+            device_free=gpu_free_memory() if supported else None,
+            weights_bytes=info.size_bytes,
+            n_layer=info.block_count,
+        )
+        log.info(
+            "%s: n_gpu_layers=%d (%s)",
+            Path(self.key.model).name,
+            choice.n_gpu_layers,
+            choice.reason,
+        )
+        return choice
 
     def _serve(self) -> None:
         while True:

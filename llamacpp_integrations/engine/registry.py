@@ -3,7 +3,12 @@
 Two adapters asking for the same ``EngineConfig`` (same model file, same settings) get the same
 engine, so their requests are batched together. Adapters with different serving settings get
 different engines, which still share one copy of the weights (see ``host.py``). Entries are
-weak: when no adapter holds an engine any more it is closed and its memory freed.
+weak: when nothing references an engine any more it is closed and its memory freed.
+
+Adapters take an ``EngineHold`` and give it back when they close. The last one to let go
+unloads the engine at once, or after ``keep_alive`` seconds in which no adapter took it again
+(``-1``: kept until ``unload_kept_engines``), as Ollama's ``keep_alive`` keeps a model loaded
+between requests.
 
 This module is the factory adapters and tools use: they get an ``InferenceEngine`` from here and
 never name the concrete local engine, whose native code is imported only when one is opened.
@@ -14,17 +19,28 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config import EngineConfig
 from .interface import InferenceEngine
 
-__all__ = ["engine_for", "live_engines", "open_local_engine", "shared_engine"]
+__all__ = [
+    "EngineHold",
+    "engine_for",
+    "hold_engine",
+    "live_engines",
+    "open_local_engine",
+    "shared_engine",
+    "unload_kept_engines",
+]
 
-_LOCK = threading.Lock()  # guards the two maps below, never held while a model loads
+_LOCK = threading.Lock()  # guards the maps below, never held while a model loads
 _ENGINES: weakref.WeakValueDictionary[EngineConfig, InferenceEngine] = weakref.WeakValueDictionary()
 _LOADING: dict[EngineConfig, threading.Lock] = {}  # one lock per configuration being loaded
+_HOLDS: dict[EngineConfig, int] = {}  # how many adapters hold each engine
+_KEPT: dict[EngineConfig, InferenceEngine] = {}  # kept alive after the last holder let go
+_TIMERS: dict[EngineConfig, threading.Timer] = {}  # when a kept engine is unloaded
 
 
 def open_local_engine(config: EngineConfig) -> InferenceEngine:
@@ -81,3 +97,75 @@ def engine_for(
     if engine is not None:
         return engine
     return shared_engine(EngineConfig(model=model, **dict(settings or {})))
+
+
+@dataclass(eq=False)
+class EngineHold:
+    """An adapter's claim on a shared engine; ``release`` gives it back."""
+
+    config: EngineConfig
+    engine: InferenceEngine
+    released: bool = field(default=False, init=False)
+
+    def release(self, keep_alive: float | None = None) -> None:
+        """Let go of the engine. When no other adapter holds it, it is closed at once
+        (``keep_alive`` ``None`` or ``0``), after ``keep_alive`` seconds unless taken again,
+        or kept until ``unload_kept_engines`` (``keep_alive < 0``)."""
+        key, engine = self.config, self.engine
+        with _LOCK:
+            if self.released:
+                return
+            self.released = True
+            holders = _HOLDS.get(key, 0) - 1
+            if holders > 0:
+                _HOLDS[key] = holders
+                return
+            _HOLDS.pop(key, None)
+            if _ENGINES.get(key) is not engine or engine.closed:
+                return  # replaced or closed meanwhile: nothing of ours to unload
+            if keep_alive is not None and keep_alive != 0:
+                _KEPT[key] = engine
+                if keep_alive > 0:
+                    timer = threading.Timer(keep_alive, _expire, (key, engine))
+                    timer.daemon = True
+                    _TIMERS[key] = timer
+                    timer.start()
+                return
+        engine.close()
+
+
+def hold_engine(model: str | None, settings: Mapping[str, Any] | None = None) -> EngineHold:
+    """A hold on the shared engine for ``model`` with these ``EngineConfig`` settings,
+    loading it if needed (unknown setting names raise ``TypeError``)."""
+    key = EngineConfig(model=model, **dict(settings or {})).resolved()
+    engine = shared_engine(key)
+    with _LOCK:
+        _HOLDS[key] = _HOLDS.get(key, 0) + 1
+        timer = _TIMERS.pop(key, None)
+        _KEPT.pop(key, None)
+    if timer is not None:
+        timer.cancel()
+    return EngineHold(key, engine)
+
+
+def _expire(key: EngineConfig, engine: InferenceEngine) -> None:
+    with _LOCK:
+        if _HOLDS.get(key) or _KEPT.get(key) is not engine:
+            return  # taken again, or already unloaded
+        del _KEPT[key]
+        _TIMERS.pop(key, None)
+    engine.close()
+
+
+def unload_kept_engines() -> int:
+    """Close the engines kept alive after their last adapter let go; how many there were."""
+    with _LOCK:
+        kept = list(_KEPT.values())
+        _KEPT.clear()
+        timers = list(_TIMERS.values())
+        _TIMERS.clear()
+    for timer in timers:
+        timer.cancel()
+    for engine in kept:
+        engine.close()
+    return len(kept)

@@ -70,6 +70,7 @@ class LoadedModel:
         if not model:
             raise ModelLoadError(str(path), "llama.cpp could not load it (see the debug log)")
         self.path = path
+        self.n_gpu_layers = n_gpu_layers
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)

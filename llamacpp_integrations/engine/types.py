@@ -401,7 +401,9 @@ class Completion:
 class ModelInfo:
     """What a served model is, from its GGUF header and from llama.cpp.
 
-    ``n_ctx_per_seq`` is the context one request runs in (prompt plus answer); ``image_max_side``
+    ``n_ctx_per_seq`` is the context one request runs in (prompt plus answer), and
+    ``context_reason`` why it is that (set explicitly, the training context, reduced to fit the
+    KV memory budget); ``n_gpu_layers`` the layers offloaded (``-1``: all); ``image_max_side``
     is the side images are downscaled to before they reach the projector.
     """
 
@@ -418,6 +420,8 @@ class ModelInfo:
     chat_template: str | None
     mmproj: str | None = None
     image_max_side: int | None = None
+    n_gpu_layers: int = 0
+    context_reason: str = ""
 
     @property
     def supports_images(self) -> bool:

@@ -35,6 +35,7 @@ from ..client import (
 from ..client.settings import SAMPLING_SETTINGS
 from ..engine import ChatRequest, EngineConfig, InferenceEngine
 from ..engine.chat_template import TemplateRenderer
+from ..engine.sizing import estimated_context
 from ..errors import LlamaCppIntegrationError
 from ..models import read_gguf_info, resolve_model_path
 from ..multimodal import image_reader_for
@@ -168,7 +169,11 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         except Exception:
             return None
         # What one request gets from the engine these settings make, not the training context.
-        context = EngineConfig(**engine_settings_of(self)).sequence_context(info.context_length)
+        if self.engine is not None:
+            context = self.engine.info.n_ctx_per_seq
+        else:
+            config = EngineConfig(**engine_settings_of(self))
+            context = estimated_context(config, info).n_ctx_per_seq
         images = self.engine.info.supports_images if self.engine is not None else bool(self.mmproj)
         template = self.chat_template or info.chat_template
         return ModelProfile(

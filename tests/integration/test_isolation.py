@@ -69,7 +69,7 @@ def test_batched_sequences_agree_with_solo_ones(engine: Engine, model: LoadedMod
     n_total = sum(len(p) + len(c) for p, c in sequences)
     # The engine's own attention and KV layout settings, so the check covers what it runs.
     layout = {
-        "flash_attention": engine.config.use_flash_attention,
+        "flash_attention": engine.config.flash_attention_for(model.n_gpu_layers),
         "kv_unified": engine.config.kv_unified,
         "n_threads": engine.config.threads,
         "n_ctx_per_seq": 512,

@@ -37,18 +37,21 @@ def test_construction_loads_nothing() -> None:
 
 
 def test_profile_comes_from_the_gguf_header() -> None:
-    profile = ChatLlamaCpp(model="smollm2-135m").profile
-    assert profile is not None
-    # What one request gets from the engine: n_ctx_per_seq's default (2048), not SmolLM2's
-    # trained 8192, which a prompt sized by the profile would overflow.
-    assert profile["max_input_tokens"] == 2048
-    assert profile["tool_calling"] and profile["structured_output"]
-    assert profile["image_inputs"] is False
+    # What one request gets from the engine these settings make: SmolLM2's trained 8192
+    # when 8 sequences of it fit the KV budget (23040 bytes a token), less when they do not.
+    per_token = 23040
+    roomy = ChatLlamaCpp(model="smollm2-135m", kv_memory_budget=8 * 8192 * per_token).profile
+    assert roomy is not None
+    assert roomy["max_input_tokens"] == 8192
+    assert roomy["tool_calling"] and roomy["structured_output"]
+    assert roomy["image_inputs"] is False
+    tight = ChatLlamaCpp(model="smollm2-135m", kv_memory_budget=8 * 1024 * per_token).profile
+    assert tight is not None and tight["max_input_tokens"] == 1024
     assert (
-        ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=1024).profile["max_input_tokens"] == 1024
+        ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=1000).profile["max_input_tokens"] == 1000
     )  # type: ignore[index]
-    capped = ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=0).profile
-    assert capped is not None and capped["max_input_tokens"] == 4096  # trained, capped
+    trained = ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=0, kv_memory_budget=1).profile
+    assert trained is not None and trained["max_input_tokens"] == 8192
     assert ChatLlamaCpp(model="/no/such/model.gguf").profile is None
 
 

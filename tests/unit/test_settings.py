@@ -12,6 +12,7 @@ from llamacpp_integrations.client import settings
 from llamacpp_integrations.client.settings import (
     ENGINE_SETTINGS,
     SAMPLING_SETTINGS,
+    EngineBound,
     EngineSettings,
     SamplingSettings,
 )
@@ -34,7 +35,10 @@ def _declared_for_type_checkers() -> dict[str, dict[str, ast.AnnAssign]]:
 
 
 def test_engine_settings_are_every_engine_config_field_but_model_and_template() -> None:
-    assert list(EngineSettings.model_fields) == list(ENGINE_SETTINGS)
+    # Besides them, only what every adapter has for its binding (keep_alive).
+    own = [name for name in EngineSettings.model_fields if name not in EngineBound.model_fields]
+    assert own == list(ENGINE_SETTINGS)
+    assert list(EngineBound.model_fields) == ["keep_alive"]
     assert set(ENGINE_SETTINGS) == {f.name for f in fields(EngineConfig)} - {
         "model",
         "chat_template",
