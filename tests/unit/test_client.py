@@ -3,6 +3,7 @@ of the executors, and how a binding keeps and replaces engines (with stand-in en
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,9 @@ class StandInEngine:
         self.config = config
         self.closed = False
 
+    def close(self) -> None:
+        self.closed = True
+
 
 @pytest.fixture
 def opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -195,6 +199,42 @@ def test_a_binding_loads_once_keeps_overrides_and_replaces_a_closed_engine(
     assert binding.get() is not first
     assert opened == ["a.gguf", "b.gguf", "a.gguf"]
     assert binding.get().config.n_seq_max == 2  # type: ignore[attr-defined]
+
+
+def test_the_last_holder_to_let_go_closes_the_engine(opened: list[str]) -> None:
+    first = client.EngineBinding(model="a.gguf", settings={})
+    second = client.EngineBinding(model="a.gguf", settings={})
+    engine = first.get()
+    assert second.get() is engine and opened == ["a.gguf"]
+    first.close()
+    assert not engine.closed
+    second.close()
+    assert engine.closed
+    assert first.get() is not engine and opened == ["a.gguf", "a.gguf"]  # loads again
+    first.close()
+
+
+def test_keep_alive_keeps_an_engine_for_the_next_holder(opened: list[str]) -> None:
+    kept = client.EngineBinding(model="a.gguf", settings={}, keep_alive=-1)
+    engine = kept.get()
+    kept.close()
+    assert not engine.closed
+    later = client.EngineBinding(model="a.gguf", settings={})
+    assert later.get() is engine and opened == ["a.gguf"]
+    later.close()
+    assert engine.closed
+    forever = client.EngineBinding(model="b.gguf", settings={}, keep_alive=-1)
+    other = forever.get()
+    forever.close()
+    assert registry.unload_kept_engines() == 1 and other.closed
+
+
+def test_a_collected_binding_lets_go(opened: list[str]) -> None:
+    binding = client.EngineBinding(model="a.gguf", settings={})
+    engine = binding.get()
+    del binding
+    gc.collect()
+    assert engine.closed
 
 
 async def test_a_binding_loads_off_the_event_loop(opened: list[str]) -> None:
