@@ -168,8 +168,10 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         # Runs in the constructor, which never downloads: the GGUF header is read only when
         # the file is on disk (local, or in the Hugging Face cache). LangChain swallows errors
         # raised here, so they are logged; the same error is raised again on first use.
+        # A supplied engine has its file on disk already, whatever ``model`` says.
+        spec = self.model if self.engine is None else self.engine.info.path
         try:
-            info = cached_model_info(self.model)
+            info = cached_model_info(spec)
         except LlamaCppIntegrationError as exc:
             logger.warning("ChatLlamaCpp(model=%r) has no profile: %s", self.model, exc)
             return None

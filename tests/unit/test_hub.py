@@ -177,10 +177,16 @@ def test_mmproj_auto_beside_a_local_model(tmp_path: Path) -> None:
     assert "mmproj-m-BF16.gguf" in info.value.reason and "mmproj-m-F32.gguf" in info.value.reason
 
 
-def test_offline_reads_the_cache_only(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("switch", ["environment", "huggingface_hub"])
+def test_offline_reads_the_cache_only(
+    hub: FakeHub, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
     online = resolve_model_path("hf://acme/tiny-GGUF:Q4_K_M")
     hub.requests.clear()
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if switch == "environment":  # set after huggingface_hub was imported
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    else:  # set before, as huggingface_hub read it at import
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     assert resolve_model_path("hf://acme/tiny-GGUF:Q4_K_M") == online
     assert resolve_model_path("hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf") == online
     assert resolve_model_path("hf://acme/tiny-GGUF") == online  # only the cached model is seen
@@ -243,6 +249,14 @@ def test_constructors_never_download(hub: FakeHub) -> None:
     assert full is not None and full["name"] == "Tiny" and full["max_input_tokens"] == 512
     assert "image_inputs" in full and full["image_inputs"] is False
     assert hub.requests == []
+
+
+def test_profile_without_a_readable_header_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "missing.gguf"
+    assert ChatLlamaCpp(model=str(missing)).profile is None
+    assert "has no profile" in caplog.text and "file not found" in caplog.text
 
 
 def test_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
