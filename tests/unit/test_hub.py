@@ -20,7 +20,7 @@ from llamacpp_integrations.models import (
     resolve_mmproj_path,
     resolve_model_path,
 )
-from tests.fixtures.fake_hub import FakeHub, FakeRepo, serve_fake_hub
+from tests.fixtures.fake_hub import FakeHub, FakeRepo, point_huggingface_hub_at, serve_fake_hub
 
 hf_constants = pytest.importorskip("huggingface_hub.constants")
 
@@ -64,18 +64,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
         "acme/one": FakeRepo({"only.gguf": b"one"}),
     }
     with serve_fake_hub(FakeHub(repos)) as server:
-        monkeypatch.setattr(hf_constants, "ENDPOINT", server.url)
-        monkeypatch.setattr(
-            hf_constants,
-            "HUGGINGFACE_CO_URL_TEMPLATE",
-            server.url + "/{repo_id}/resolve/{revision}/{filename}",
-        )
-        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        point_huggingface_hub_at(server, tmp_path / "hf-cache", monkeypatch)
         yield server
 
 
