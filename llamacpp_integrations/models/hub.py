@@ -69,8 +69,8 @@ def parse_hub_spec(spec: str) -> HubSpec:
     if "@" in repo:
         repo, revision = repo.split("@", 1)
     valid = (
-        bool(owner and repo) and revision != "" and tag != "" and filename.strip("/") == filename
-    )
+        bool(owner and repo) and ":" not in repo and revision != "" and tag != ""
+    ) and filename.strip("/") == filename
     if not valid or (filename == "" and "/" in rest):
         raise ModelLoadError(
             spec,

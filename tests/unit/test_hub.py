@@ -74,7 +74,13 @@ def test_parse_hub_spec() -> None:
     spec = parse_hub_spec("hf://o/r@v2/a/b.gguf")
     assert (spec.repo_id, spec.revision, spec.filename, spec.tag) == ("o/r", "v2", "a/b.gguf", None)
     assert str(parse_hub_spec("hf://o/r")) == "hf://o/r"
-    for bad in ("hf://owner", "hf://owner/repo/", "hf://owner/repo@/f.gguf", "hf://o/r:"):
+    for bad in (
+        "hf://owner",
+        "hf://owner/repo/",
+        "hf://owner/repo@/f.gguf",
+        "hf://o/r:",
+        "hf://o/r:Q4/f.gguf",
+    ):
         with pytest.raises(ModelLoadError, match="malformed hf://"):
             parse_hub_spec(bad)
 
