@@ -99,13 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
         ("info", _info, "print a model's GGUF metadata"),
     ):
         sub = commands.add_parser(name, help=about)
-        sub.add_argument("--model", default=None, help="path, short name or hf://owner/repo/file")
+        sub.add_argument(
+            "--model",
+            default=None,
+            help="path, short name, hf://owner/repo/file.gguf or hf://owner/repo:QUANT",
+        )
         sub.set_defaults(handler=handler)
         if name != "info":
             sub.add_argument("--max-tokens", type=int, default=48 if name == "demo" else 200)
     commands.choices["info"].add_argument("--template", action="store_true")
     chat = commands.choices["chat"]
-    chat.add_argument("--mmproj", default=None, help="the model's image projector (mmproj GGUF)")
+    chat.add_argument(
+        "--mmproj",
+        default=None,
+        help="the model's image projector (mmproj GGUF), or 'auto' for the one beside the model",
+    )
     chat.add_argument(
         "--image", action="append", default=[], help="an image file for the first question"
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import InvalidRequestError
-from ..models import resolve_model_path
+from ..models import resolve_mmproj_path, resolve_model_path
 
 Pooling = Literal["mean", "cls", "last", "model"]
 
@@ -45,11 +45,16 @@ class EngineConfig:
 
     Attributes:
         model: A local ``.gguf`` path, a known short name (``smollm2-135m``, ``gemma3-270m``),
-            ``hf://owner/repo/file.gguf`` (needs the ``hub`` extra), or ``None`` for the
-            ``LLAMACPP_MODEL`` environment variable.
-        mmproj: The model's multimodal projector (a ``mmproj`` GGUF, as a path or
-            ``hf://owner/repo/file.gguf``), which lets requests carry images; ``None`` for a
-            text-only engine. Loaded once beside the weights, whichever engines use it.
+            an ``hf://`` spec (needs the ``hub`` extra): ``hf://owner/repo[@revision]/file.gguf``,
+            ``hf://owner/repo[@revision]:Q4_K_M`` (the file by quantization tag) or
+            ``hf://owner/repo`` (its only model, else its Q4_K_M); or ``None`` for the
+            ``LLAMACPP_MODEL`` environment variable. Split GGUFs are fetched whole. Hub files
+            land in the Hugging Face cache; with ``HF_HUB_OFFLINE=1`` only the cache is read.
+        mmproj: The model's multimodal projector (a ``mmproj`` GGUF, as a path or ``hf://``
+            spec), which lets requests carry images; ``"auto"`` takes the ``mmproj*.gguf`` of the
+            model's Hub repository or of its local directory (with several, the one of the
+            model's precision, else F16); ``None`` for a text-only engine. Loaded once beside
+            the weights, whichever engines use it.
         n_seq_max: How many sequences are decoded together; more requests wait in the queue.
         n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``None`` (the
             default) takes the model's training context, reduced only as far as needed for
@@ -141,6 +146,10 @@ class EngineConfig:
         Downloads ``hf://`` files not cached yet; raises ``InvalidRequestError`` or
         ``ModelLoadError`` for what cannot be found.
         """
-        model = str(resolve_model_path(self.model).resolve())
-        mmproj = None if self.mmproj is None else str(resolve_model_path(self.mmproj).resolve())
-        return replace(self, model=model, mmproj=mmproj)
+        path = resolve_model_path(self.model)
+        mmproj = (
+            None
+            if self.mmproj is None
+            else str(resolve_mmproj_path(self.mmproj, model=self.model, model_path=path))
+        )
+        return replace(self, model=str(path), mmproj=mmproj)

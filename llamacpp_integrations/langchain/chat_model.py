@@ -7,6 +7,7 @@ the engine, merging call options, planning tool and structured calls and running
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -37,7 +38,7 @@ from ..engine import ChatRequest, EngineConfig, InferenceEngine
 from ..engine.chat_template import TemplateRenderer
 from ..engine.sizing import estimated_context
 from ..errors import LlamaCppIntegrationError
-from ..models import read_gguf_info, resolve_model_path
+from ..models import MMPROJ_AUTO, GGUFInfo, cached_model_info, resolve_mmproj_path
 from ..multimodal import image_reader_for
 from ..tools import ToolStreamChunk, detect_reasoning
 from .messages import (
@@ -54,6 +55,8 @@ from .messages import (
 from .structured_output import structured_output
 
 __all__ = ["ChatLlamaCpp"]
+
+logger = logging.getLogger(__name__)
 
 
 def _shows_reasoning(template: str) -> bool:
@@ -163,26 +166,41 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         return params
 
     def _resolve_model_profile(self) -> ModelProfile | None:
-        # Read from the GGUF header alone (no weights loaded), so building a model stays cheap.
+        # Runs in the constructor, which never downloads: the GGUF header is read only when
+        # the file is on disk (local, or in the Hugging Face cache). LangChain swallows errors
+        # raised here, so they are logged; the same error is raised again on first use.
+        # A supplied engine has its file on disk already, whatever ``model`` says.
+        spec = self.model if self.engine is None else self.engine.info.path
         try:
-            info = read_gguf_info(resolve_model_path(self.model))
-        except Exception:
+            info = cached_model_info(spec)
+        except LlamaCppIntegrationError as exc:
+            logger.warning("ChatLlamaCpp(model=%r) has no profile: %s", self.model, exc)
             return None
-        # What one request gets from the engine these settings make, not the training context.
+        if info is None:
+            logger.info(
+                "%s is not fetched yet: its profile leaves out what its header says", self.model
+            )
+            return self._profile_of(None)
+        return self._profile_of(info)
+
+    def _images(self, info: GGUFInfo | None) -> bool | None:
+        """Whether requests may carry images (``None``: not known before the first use)."""
         if self.engine is not None:
-            context = self.engine.info.n_ctx_per_seq
-        else:
-            config = EngineConfig(**engine_settings_of(self))
-            context = estimated_context(config, info).n_ctx_per_seq
-        images = self.engine.info.supports_images if self.engine is not None else bool(self.mmproj)
-        template = self.chat_template or info.chat_template
-        return ModelProfile(
-            name=info.name or Path(str(self.model)).stem,
-            max_input_tokens=context,
-            max_output_tokens=context,
+            return self.engine.info.supports_images
+        if self.mmproj is None or self.mmproj.strip().lower() != MMPROJ_AUTO:
+            return bool(self.mmproj)
+        if info is None:
+            return None
+        try:
+            resolve_mmproj_path(self.mmproj, model=self.model, model_path=info.path, download=False)
+        except LlamaCppIntegrationError:
+            return None  # no projector on disk yet, or none at all: the first use tells
+        return True
+
+    def _profile_of(self, info: GGUFInfo | None) -> ModelProfile:
+        """The profile: everything when the header is known, else what the settings tell."""
+        profile = ModelProfile(
             text_inputs=True,
-            image_inputs=images,
-            image_url_inputs=images and self.image_policy.allow_remote,
             pdf_inputs=False,
             audio_inputs=False,
             video_inputs=False,
@@ -192,8 +210,26 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
             tool_call_streaming=True,
             structured_output=True,
             temperature=True,
-            reasoning_output=template is not None and _shows_reasoning(template),
         )
+        images = self._images(info)
+        if images is not None:
+            profile["image_inputs"] = images
+            profile["image_url_inputs"] = images and self.image_policy.allow_remote
+        if self.chat_template is not None:
+            profile["reasoning_output"] = _shows_reasoning(self.chat_template)
+        if info is None:
+            return profile
+        # What one request gets from the engine these settings make, not the training context.
+        if self.engine is not None:
+            context = self.engine.info.n_ctx_per_seq
+        else:
+            config = EngineConfig(**engine_settings_of(self))
+            context = estimated_context(config, info).n_ctx_per_seq
+        template = self.chat_template or info.chat_template
+        profile["name"] = info.name or Path(str(self.model)).stem
+        profile["max_input_tokens"] = profile["max_output_tokens"] = context
+        profile["reasoning_output"] = template is not None and _shows_reasoning(template)
+        return profile
 
     # ---- tokens ---------------------------------------------------------------------------
 

@@ -8,21 +8,35 @@ from pathlib import Path
 
 from ..errors import InvalidRequestError, ModelLoadError
 from .gguf import GGUFInfo, read_gguf_info
+from .gguf_files import choose_mmproj
+from .hub import (
+    HF_PREFIX,
+    ProgressCallback,
+    resolve_hub_mmproj,
+    resolve_hub_model,
+    resolve_hub_spec,
+)
 
 __all__ = [
     "KNOWN_MODELS",
+    "MMPROJ_AUTO",
     "MODELS_DIR_ENV",
     "MODEL_ENV",
     "KnownModel",
+    "cached_model_info",
     "load_model_info",
+    "model_spec",
     "models_dir",
     "resolve_hub_model",
+    "resolve_mmproj_path",
     "resolve_model_path",
 ]
 
 MODEL_ENV = "LLAMACPP_MODEL"
 MODELS_DIR_ENV = "LLAMACPP_INTEGRATIONS_MODELS"
-_HF_PREFIX = "hf://"
+MMPROJ_AUTO = "auto"
+"""``mmproj`` value asking for the projector that comes with the model (see
+:func:`resolve_mmproj_path`)."""
 
 
 @dataclass(frozen=True)
@@ -91,78 +105,52 @@ def _looks_like_path(spec: str) -> bool:
     return spec.lower().endswith(".gguf") or any(s in spec for s in seps) or spec[:1] in "~."
 
 
-def _parse_hf(spec: str) -> tuple[str, str, str | None]:
-    """``hf://owner/repo[@revision]/path/in/repo.gguf`` -> (repo_id, filename, revision)."""
-    parts = spec[len(_HF_PREFIX) :].split("/", 2)
-    if len(parts) == 3 and all(parts):
-        owner, repo, filename = parts
-        revision: str | None = None
-        if "@" in repo:
-            repo, revision = repo.split("@", 1)
-        if owner and repo and revision != "" and filename.strip("/"):
-            return f"{owner}/{repo}", filename, revision
-    raise ModelLoadError(
-        spec, "malformed hf:// spec; expected hf://owner/repo[@revision]/path/to/file.gguf"
-    )
+def model_spec(spec: str | None) -> str | None:
+    """``spec``, or ``$LLAMACPP_MODEL`` when it is ``None`` (``None`` if that is unset too)."""
+    if spec is None:
+        return os.environ.get(MODEL_ENV, "").strip() or None
+    return spec
 
 
-def resolve_hub_model(
-    repo_id: str,
-    filename: str,
-    revision: str | None = None,
-    *,
-    local_files_only: bool = False,
+def resolve_model_path(
+    spec: str | None, *, download: bool = True, progress: ProgressCallback | None = None
 ) -> Path:
-    """Download (or find in the Hugging Face cache) one file of a Hub repo; return its path.
-
-    Needs the ``hub`` extra; every failure is raised as ``ModelLoadError``.
-    """
-    label = f"hf://{repo_id}{'@' + revision if revision else ''}/{filename}"
-    try:
-        # Imported here so the hub stays an optional dependency.
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        raise ModelLoadError(
-            label,
-            "huggingface_hub is not installed; run: pip install 'llamacpp-integrations[hub]'",
-        ) from None
-    try:
-        local = hf_hub_download(
-            repo_id=repo_id,
-            filename=filename,
-            revision=revision,
-            local_files_only=local_files_only,
-        )
-    except Exception as exc:  # the hub raises many unrelated types; callers want one
-        raise ModelLoadError(
-            label, f"Hugging Face download failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    return Path(local)
-
-
-def resolve_model_path(spec: str | None, *, download: bool = True) -> Path:
     """Return the local GGUF file named by ``spec``.
 
     ``spec`` is a local path, a short name from ``KNOWN_MODELS`` (looked up in
-    :func:`models_dir`), or ``hf://owner/repo[@revision]/file.gguf``; ``None`` means
-    ``$LLAMACPP_MODEL``.  With ``download=False`` an ``hf://`` file must already be in the
-    Hugging Face cache.  The file is not validated here; see :func:`load_model_info`.
+    :func:`models_dir`), or an ``hf://`` spec (``hf://owner/repo[@revision]/file.gguf``,
+    ``hf://owner/repo[@revision]:QUANT`` or ``hf://owner/repo``; see ``models.hub``); ``None``
+    means ``$LLAMACPP_MODEL``. A split model is returned as its first part. With
+    ``download=False`` (or ``HF_HUB_OFFLINE=1``) an ``hf://`` model must already be in the
+    Hugging Face cache. ``progress(filename, bytes_done, bytes_total)`` is called as a download
+    goes, in place of huggingface_hub's bar. The file is not validated here; see
+    :func:`load_model_info`.
+
+    The path is absolute, its directories resolved but not its file name: a Hugging Face
+    cache file is a symlink to a blob named by its hash, and llama.cpp finds a split model's
+    other parts by name beside the first.
     """
+    return _absolute(_resolve(model_spec(spec), download=download, progress=progress))
+
+
+def _absolute(path: Path) -> Path:
+    path = path.expanduser()
+    return path.parent.resolve() / path.name
+
+
+def _resolve(spec: str | None, *, download: bool, progress: ProgressCallback | None) -> Path:
     if spec is None:
-        spec = os.environ.get(MODEL_ENV, "").strip() or None
-        if spec is None:
-            raise InvalidRequestError(
-                "no model given: pass a path to a .gguf file, a known short name "
-                f"({_known_names()}), or hf://owner/repo/file.gguf; or set ${MODEL_ENV} "
-                "to one of these"
-            )
+        raise InvalidRequestError(
+            "no model given: pass a path to a .gguf file, a known short name "
+            f"({_known_names()}), or hf://owner/repo/file.gguf; or set ${MODEL_ENV} "
+            "to one of these"
+        )
     spec = spec.strip()
     if not spec:
         raise InvalidRequestError("empty model spec")
 
-    if spec.startswith(_HF_PREFIX):
-        repo_id, filename, revision = _parse_hf(spec)
-        return resolve_hub_model(repo_id, filename, revision, local_files_only=not download)
+    if spec.startswith(HF_PREFIX):
+        return resolve_hub_spec(spec, download=download, progress=progress)
 
     path = Path(spec).expanduser()
     if path.is_file():
@@ -183,10 +171,53 @@ def resolve_model_path(spec: str | None, *, download: bool = True) -> Path:
         raise ModelLoadError(spec, "file not found")
     raise ModelLoadError(
         spec,
-        f"not a file, a known model name ({_known_names()}), or an hf://owner/repo/file.gguf spec",
+        f"not a file, a known model name ({_known_names()}), or an hf://owner/repo spec",
     )
+
+
+def resolve_mmproj_path(
+    mmproj: str,
+    *,
+    model: str | None,
+    model_path: Path,
+    download: bool = True,
+    progress: ProgressCallback | None = None,
+) -> Path:
+    """Return the local projector GGUF for ``mmproj``, given the model it goes with.
+
+    ``mmproj`` is a spec as for :func:`resolve_model_path`, or ``"auto"``: for an ``hf://``
+    ``model``, the ``mmproj*.gguf`` of its repository (fetched into the cache beside it); for a
+    local model, the ``mmproj*.gguf`` in ``model_path``'s directory. With several projectors
+    the one with the model's precision tag is taken, else the F16 one; otherwise, or with
+    none, ``ModelLoadError`` lists what was found. The path is absolute, as
+    :func:`resolve_model_path`'s.
+    """
+    if mmproj.strip().lower() != MMPROJ_AUTO:
+        return resolve_model_path(mmproj, download=download, progress=progress)
+    spec = model_spec(model)
+    if spec is not None and spec.strip().startswith(HF_PREFIX):
+        path = resolve_hub_mmproj(spec.strip(), model_path, download=download, progress=progress)
+        return _absolute(path)
+    folder = model_path.parent
+    files = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    return _absolute(folder / choose_mmproj(files, model_path.name, label=str(model_path)))
 
 
 def load_model_info(spec: str | None, *, download: bool = True) -> GGUFInfo:
     """Resolve ``spec`` (see :func:`resolve_model_path`) and read and validate its header."""
     return read_gguf_info(resolve_model_path(spec, download=download))
+
+
+def cached_model_info(spec: str | None) -> GGUFInfo | None:
+    """The header of ``spec``'s model if the file is already on disk, never downloading.
+
+    ``None`` for an ``hf://`` model not in the Hugging Face cache yet; other failures (a
+    missing local file, a bad header) raise as :func:`load_model_info` does.
+    """
+    try:
+        return load_model_info(spec, download=False)
+    except ModelLoadError:
+        name = model_spec(spec)
+        if name is not None and name.strip().startswith(HF_PREFIX):
+            return None
+        raise

@@ -7,11 +7,9 @@ import os
 import struct
 import subprocess
 import sys
-import types
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,7 +22,6 @@ from llamacpp_integrations.models import (
     load_model_info,
     models_dir,
     read_gguf_info,
-    resolve_hub_model,
     resolve_model_path,
 )
 from llamacpp_integrations.models import fetch as fetch_mod
@@ -366,71 +363,6 @@ def test_resolve_unknown_name(model_env: Path) -> None:
 def test_resolve_directory(model_env: Path) -> None:
     with pytest.raises(ModelLoadError, match="directory"):
         resolve_model_path(str(model_env))
-
-
-@pytest.fixture
-def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
-    """Install a fake ``huggingface_hub`` that records its calls."""
-    calls: list[dict[str, Any]] = []
-
-    def hf_hub_download(**kwargs: Any) -> str:
-        calls.append(kwargs)
-        if kwargs["repo_id"] == "owner/broken":
-            raise RuntimeError("404 repo not found")
-        return str(tmp_path / "hub" / kwargs["filename"])
-
-    module = types.ModuleType("huggingface_hub")
-    module.hf_hub_download = hf_hub_download  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "huggingface_hub", module)
-    return calls
-
-
-@pytest.mark.parametrize(
-    ("spec", "repo_id", "filename", "revision"),
-    [
-        ("hf://owner/repo/model.gguf", "owner/repo", "model.gguf", None),
-        ("hf://owner/repo/sub/dir/model.gguf", "owner/repo", "sub/dir/model.gguf", None),
-        ("hf://owner/repo@main/file.gguf", "owner/repo", "file.gguf", "main"),
-        ("hf://o/r@abc123/a/b.gguf", "o/r", "a/b.gguf", "abc123"),
-    ],
-)
-def test_resolve_hf(
-    fake_hub: list[dict[str, Any]],
-    tmp_path: Path,
-    spec: str,
-    repo_id: str,
-    filename: str,
-    revision: str | None,
-) -> None:
-    assert resolve_model_path(spec) == tmp_path / "hub" / filename
-    (call,) = fake_hub
-    assert (call["repo_id"], call["filename"], call["revision"]) == (repo_id, filename, revision)
-    assert call["local_files_only"] is False
-
-
-def test_resolve_hf_no_download(fake_hub: list[dict[str, Any]]) -> None:
-    resolve_model_path("hf://owner/repo/model.gguf", download=False)
-    assert fake_hub[0]["local_files_only"] is True
-
-
-def test_resolve_hub_model_direct(fake_hub: list[dict[str, Any]], tmp_path: Path) -> None:
-    assert resolve_hub_model("a/b", "c.gguf", "v1") == tmp_path / "hub" / "c.gguf"
-    assert fake_hub[0]["revision"] == "v1"
-
-
-def test_resolve_hf_error_wrapped(fake_hub: list[dict[str, Any]]) -> None:
-    with pytest.raises(ModelLoadError, match="404 repo not found") as info:
-        resolve_model_path("hf://owner/broken/model.gguf")
-    assert isinstance(info.value.__cause__, RuntimeError)
-
-
-@pytest.mark.parametrize(
-    "spec", ["hf://owner", "hf://owner/repo", "hf://owner/repo/", "hf://owner/repo@/f.gguf"]
-)
-def test_resolve_hf_malformed(fake_hub: list[dict[str, Any]], spec: str) -> None:
-    with pytest.raises(ModelLoadError, match="malformed hf://"):
-        resolve_model_path(spec)
-    assert fake_hub == []
 
 
 def test_resolve_hf_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
