@@ -30,7 +30,7 @@ def test_context_shrinks_to_the_kv_budget_and_is_logged(
     with Engine(EngineConfig(model=str(smollm_path), kv_memory_budget=budget)) as engine:
         assert engine.info.n_ctx_per_seq == 4096
         assert "reduced" in engine.info.context_reason
-        assert engine.info.n_gpu_layers == 0  # a CPU build of llama.cpp
+        assert engine.info.n_gpu_layers == 0  # a CPU build of llama.cpp offloads nothing
         # Past the old 2048 default and within the chosen context: accepted.
         prompt = engine.tokenize("one two three " * 1000, add_special=True)
         assert 2048 < len(prompt) < 4096 - 8
@@ -40,7 +40,6 @@ def test_context_shrinks_to_the_kv_budget_and_is_logged(
             engine.generate(short_completion(prompt * 2))
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "context 4096 tokens x 8 sequences" in logged
-    assert "n_gpu_layers=0 (llama.cpp was built without a GPU backend)" in logged
 
 
 @pytest.mark.parametrize(("model", "trained"), [("smollm", 8192), ("gemma", 32768)])
