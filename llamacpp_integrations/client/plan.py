@@ -31,6 +31,7 @@ from ..tools import (
     TemplateToolSupport,
     ToolCallPlan,
     ToolSpec,
+    answer_grammar,
     constrain,
     plan_tool_request,
 )
@@ -162,6 +163,9 @@ def plan_call(
         )
     if options.response_format is not None:
         return structured_plan(request, options.response_format.schema, cut_json=cut_json)
+    if request.grammar is not None and request.reasoning is not None:
+        # A reasoning model thinks freely first; the caller's grammar shapes the answer.
+        request = replace(request, grammar=answer_grammar(request.reasoning, request.grammar))
     return CallPlan(request)
 
 
@@ -209,6 +213,7 @@ def request_of(
         "stop": options.stop,
         "timeout": options.timeout,
         "logprobs": options.logprobs,
+        "grammar": options.grammar,
     }
     if messages is not None:
         return ChatRequest(messages=messages, chat_template=options.chat_template, **common)

@@ -224,12 +224,7 @@ class ModelHost:
 
     def _main(self) -> None:
         try:
-            model = LoadedModel(
-                Path(self.key.model),
-                n_gpu_layers=self.key.n_gpu_layers,
-                use_mmap=self.key.use_mmap,
-                weight_repacking=self.key.weight_repacking,
-            )
+            model = LoadedModel(Path(self.key.model), self.key)
         except BaseException as error:
             with _LOCK:
                 if _HOSTS.get(self.key) is self:
