@@ -142,7 +142,8 @@ class EngineConfig:
         yarn_beta_fast: YaRN low correction dimension; ``None`` takes llama.cpp's.
         yarn_beta_slow: YaRN high correction dimension; ``None`` takes llama.cpp's.
         lora_adapters: LoRA adapters applied to every context of the engine, as
-            ``LoraAdapter`` objects or ``(path, scale)`` pairs. Each file is loaded once per
+            ``LoraAdapter(path, scale)`` or ``{"path": ..., "scale": ...}`` (``EngineConfig``
+            also takes ``(path, scale)`` pairs and bare paths). Each file is loaded once per
             loaded model; engines with other adapters share the base weights.
         max_queued: Requests allowed to wait for a free sequence before ``submit`` reports overload.
         chat_template: A Jinja chat template that replaces the one stored in the GGUF.
