@@ -116,6 +116,9 @@ class EngineConfig:
             attends over every cached cell, idle slots' included, which slowed single streams
             by a third here; split copies a shared prefix's stream instead.
         use_mmap: Map the weights instead of reading them into memory.
+        weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
+            types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
+            AMX kernels crash on some virtual machines, and on everywhere else.
         use_mlock: Lock the weights in RAM so the OS cannot page them out.
         main_gpu: The GPU that holds the whole model when ``split_mode`` is ``none``.
         tensor_split: Share of the offloaded layers (or rows) each GPU takes, e.g.
@@ -123,9 +126,6 @@ class EngineConfig:
         split_mode: How a model offloaded to several GPUs is split: ``layer`` (layers and KV
             cache across GPUs), ``row`` (rows of the weights too, where supported) or ``none``
             (one GPU, ``main_gpu``).
-        weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
-            types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
-            AMX kernels crash on some virtual machines, and on everywhere else.
         type_k: The K cache's element type: ``f16`` (default), ``f32``, ``bf16``, or a
             quantized ``q8_0``, ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``, ``iq4_nl`` (smaller cells,
             slightly different logits).

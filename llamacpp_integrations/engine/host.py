@@ -114,9 +114,14 @@ class ModelHost:
     def attach(
         self, config: EngineConfig, inbox: Inbox, *, n_ctx_per_seq: int, embedding_pooling: int
     ) -> Attachment:
-        """Build a core for ``config`` on the worker (loading its projector if new)."""
+        """Build a core for ``config`` on the worker (loading its projector and LoRA adapters
+        if new)."""
 
         def build() -> Attachment:
+            # Load the adapters now, so a wrong file fails the engine's construction with
+            # ModelLoadError instead of failing its first request; the contexts reuse them.
+            for adapter in config.lora_adapters:
+                self.model.lora(adapter.path)
             vision = None if config.mmproj is None else self._take_projector(config)
             try:
                 core = EngineCore(

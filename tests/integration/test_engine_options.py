@@ -20,7 +20,7 @@ from llama_index.core.llms import ChatMessage
 from llamacpp_integrations.engine import CompletionRequest, EngineConfig, LoraAdapter
 from llamacpp_integrations.engine.engine import Engine
 from llamacpp_integrations.engine.host import loaded_weights
-from llamacpp_integrations.errors import InvalidRequestError
+from llamacpp_integrations.errors import InvalidRequestError, ModelLoadError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from tests.fixtures.tiny_lora import cached_tiny_lora
@@ -129,13 +129,9 @@ def test_adapters_reach_both_frameworks(smollm_path: Path, lora: Path) -> None:
 
 
 def test_an_adapter_for_another_model_is_refused(gemma_path: Path, lora: Path) -> None:
-    from llamacpp_integrations.errors import ModelLoadError
-
-    with (
-        pytest.raises(ModelLoadError, match="LoRA adapter"),
-        Engine(EngineConfig(model=str(gemma_path), n_seq_max=1, lora_adapters=[str(lora)])) as e,
-    ):
-        e.generate(CompletionRequest(prompt="Hi", max_tokens=1, sampling=GREEDY))
+    config = EngineConfig(model=str(gemma_path), n_seq_max=1, lora_adapters=[str(lora)])  # type: ignore[list-item]
+    with pytest.raises(ModelLoadError, match="LoRA adapter"):
+        Engine(config)
 
 
 # -- a raw grammar per call ----------------------------------------------------------------------
