@@ -102,7 +102,7 @@ def test_a_lora_adapter_changes_the_logits_and_scale_zero_does_not(
         base_tokens, base_logprob = first_step(engine)
     with small(smollm_path, lora_adapters=[LoraAdapter(str(lora), 1.0)]) as engine:
         tokens, logprob = first_step(engine)
-    assert (tokens, logprob) != (base_tokens, pytest.approx(base_logprob, abs=1e-6))
+    assert tokens != base_tokens or abs(logprob - base_logprob) > 1e-4
     with small(smollm_path, lora_adapters=[(str(lora), 0.0)]) as engine:
         zero_tokens, zero_logprob = first_step(engine)
     assert zero_tokens == base_tokens
@@ -139,7 +139,7 @@ def test_an_adapter_for_another_model_is_refused(gemma_path: Path, lora: Path) -
 
 @pytest.fixture(scope="module")
 def chat_model(smollm_path: Path) -> Iterator[ChatLlamaCpp]:
-    yield ChatLlamaCpp(model=str(smollm_path), temperature=0, max_tokens=40)
+    yield ChatLlamaCpp(model=str(smollm_path), temperature=0, max_tokens=64)
 
 
 def test_langchain_grammar_per_call(chat_model: ChatLlamaCpp) -> None:
@@ -154,7 +154,7 @@ def test_langchain_grammar_per_call(chat_model: ChatLlamaCpp) -> None:
 
 
 def test_llama_index_grammar_per_call(smollm_path: Path) -> None:
-    llm = LlamaCpp(model=str(smollm_path), temperature=0.0, max_tokens=40)
+    llm = LlamaCpp(model=str(smollm_path), temperature=0.0, max_tokens=64)
     answer = llm.chat([ChatMessage(role="user", content="Is the sea salty?")], grammar=YES_NO)
     assert YES_NO_RE.fullmatch(answer.message.content or "")
     completed = llm.complete("Q: Is fire hot?\nA:", grammar=YES_NO)
