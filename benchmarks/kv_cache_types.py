@@ -8,9 +8,12 @@ For each model and cache type (the same type for K and V):
   by the cells it holds. Models with sliding-window layers (Gemma 3) keep those layers in a
   second, small cache, so their reported bytes per cell of the main cache are lower.
 * agreement with f16 over ``--tokens`` greedy tokens per prompt: the f16 cache generates
-  greedily; the quantized cache is then fed the same tokens (teacher forcing) and the share of
-  positions where its argmax is the f16 token is reported, with the position of the first
-  difference. Its own free-running greedy text is compared too, up to its first divergence.
+  greedily, one token per decode; every variant (f16 itself included, as the baseline: one
+  decode of the whole text rounds differently from token-by-token decodes) is then fed the same
+  tokens in one decode (teacher forcing) and the share of positions where its argmax is the f16
+  token is reported, with the position of the first difference. Its own free-running greedy
+  text is compared too, up to its first divergence. A quantized V cache needs flash attention,
+  so ``f16+fa`` (f16 with flash attention) tells flash attention's share from quantization's.
 
 It uses the engine's runner directly (one sequence, no sampler), so nothing but the cache type
 differs between runs.
@@ -36,6 +39,14 @@ from llamacpp_integrations.models import resolve_model_path
 
 MODELS = ["smollm2-135m", "gemma3-270m"]
 TYPES = ["f16", "q8_0", "q4_0"]
+# A quantized V cache runs with flash attention (llama.cpp requires it), the f16 default without
+# on the CPU; "f16+fa" separates what flash attention alone changes from what quantizing does.
+VARIANTS = {
+    "f16": ("f16", None),
+    "f16+fa": ("f16", True),
+    "q8_0": ("q8_0", None),
+    "q4_0": ("q4_0", None),
+}
 PROMPTS = [
     "The history of the printing press begins",
     "Here is a short recipe for pancakes:\n1.",
@@ -114,8 +125,8 @@ def reported(lines: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def context(model: LoadedModel, kind: str, n_ctx: int) -> GenerationContext:
-    config = EngineConfig(type_k=kind, type_v=kind)  # type: ignore[arg-type]
+def context(model: LoadedModel, kind: str, flash: bool | None, n_ctx: int) -> GenerationContext:
+    config = EngineConfig(type_k=kind, type_v=kind, flash_attention=flash)  # type: ignore[arg-type]
     return GenerationContext(
         model,
         n_ctx_per_seq=n_ctx,
@@ -168,14 +179,20 @@ def measure(name: str, n_tokens: int) -> dict[str, Any]:
     cpp_logger.addHandler(log)
     cpp_logger.setLevel(logging.INFO)
     try:
-        for kind in TYPES:
+        for variant, (kind, flash) in VARIANTS.items():
             log.lines.clear()
-            ctx = context(model, kind, n_ctx)
+            ctx = context(model, kind, flash, n_ctx)
             try:
                 caches = reported(log.lines)
                 generated = [greedy(ctx, p, n_tokens) for p in prompts]
-                entry: dict[str, Any] = {"reported_caches": caches}
-                if kind == "f16":
+                entry: dict[str, Any] = {
+                    "flash_attention": EngineConfig(
+                        type_v=kind,
+                        flash_attention=flash,  # type: ignore[arg-type]
+                    ).use_flash_attention,
+                    "reported_caches": caches,
+                }
+                if variant == "f16":
                     reference = generated
                 # f16 against itself measures what batching alone changes (the baseline).
                 forced = [forced_argmax(ctx, p, r) for p, r in zip(prompts, reference, strict=True)]
@@ -196,7 +213,7 @@ def measure(name: str, n_tokens: int) -> dict[str, Any]:
                     for g, r in zip(generated, reference, strict=True)
                     for x, y in zip(g, r, strict=True)
                 ) / (len(prompts) * n_tokens)
-                runs[kind] = entry
+                runs[variant] = entry
             finally:
                 ctx.close()
     finally:
@@ -216,7 +233,7 @@ def main() -> None:
     results.write(
         args.json,
         "kv_cache_types",
-        {"tokens": args.tokens, "prompts": PROMPTS, "types": TYPES, "n_ctx": 512},
+        {"tokens": args.tokens, "prompts": PROMPTS, "variants": list(VARIANTS), "n_ctx": 512},
         models=measured,
     )
 
