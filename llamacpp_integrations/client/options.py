@@ -35,6 +35,7 @@ REQUEST_OPTIONS = (
     "chat_template",
     "reasoning",
     "reasoning_budget",
+    "grammar",
 )
 TOOL_OPTIONS = (
     "tools",
@@ -98,6 +99,8 @@ class CallOptions:
         reasoning: Turn a reasoning model's thinking on or off through its template's switch
             (``None``: the template's default).
         reasoning_budget: Most tokens of thinking; then the engine ends the reasoning itself.
+        grammar: A GBNF grammar (root rule ``root``) the answer must follow; not together with
+            tools or a response format, which bring grammars of their own.
         tools: OpenAI-style tool dicts offered to the model (``None``: no tools).
         tool_choice: How tools must be used (any spelling ``normalize_tool_choice`` reads).
         parallel_tool_calls: Whether one answer may call several tools.
@@ -115,6 +118,7 @@ class CallOptions:
     chat_template: str | None
     reasoning: bool | None = None
     reasoning_budget: int | None = None
+    grammar: str | None = None
     tools: tuple[Mapping[str, Any], ...] | None = None
     tool_choice: object = "auto"
     parallel_tool_calls: bool = True
@@ -138,7 +142,8 @@ class CallOptions:
 
         Raises:
             UnknownOptionError: a keyword no call takes.
-            InvalidRequestError: tools together with a response format, or a bad format.
+            InvalidRequestError: tools together with a response format, a grammar together
+                with either, or a bad format or grammar.
         """
         accepted = (*CALL_OPTIONS, *TOOL_OPTIONS) if chat else CALL_OPTIONS
         unknown = sorted(set(kwargs) - set(accepted))
@@ -157,6 +162,12 @@ class CallOptions:
         response_format = kwargs.get("response_format")
         if tools and response_format is not None:
             raise InvalidRequestError("tools and response_format cannot be used together")
+        grammar = _grammar(pick("grammar"))
+        if grammar is not None and (tools or response_format is not None):
+            raise InvalidRequestError(
+                "grammar cannot be used together with tools or response_format: they "
+                "constrain the answer with grammars of their own"
+            )
         parallel = kwargs.get("parallel_tool_calls", defaults.get("parallel_tool_calls", True))
         repeats = kwargs.get("allow_repeated_calls", defaults.get("allow_repeated_calls", False))
         return cls(
@@ -168,6 +179,7 @@ class CallOptions:
             chat_template=pick("chat_template"),
             reasoning=pick("reasoning"),
             reasoning_budget=pick("reasoning_budget"),
+            grammar=grammar,
             tools=_tool_dicts(tools),
             tool_choice="auto" if kwargs.get("tool_choice") is None else kwargs["tool_choice"],
             parallel_tool_calls=bool(parallel),
@@ -177,6 +189,15 @@ class CallOptions:
             ),
             model=kwargs.get("model"),
         )
+
+
+def _grammar(value: object) -> str | None:
+    # Whether it parses is llama.cpp's to say: the engine raises InvalidRequestError for it.
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequestError("grammar must be a non-empty GBNF string with a 'root' rule")
+    return value
 
 
 def _tool_dicts(tools: object) -> tuple[Mapping[str, Any], ...] | None:

@@ -10,6 +10,7 @@ and grammars constrain the answer after the thinking.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from ..tools import (
     TemplateToolSupport,
     ToolCallPlan,
     ToolSpec,
+    answer_grammar,
     constrain,
     plan_tool_request,
 )
@@ -162,7 +164,24 @@ def plan_call(
         )
     if options.response_format is not None:
         return structured_plan(request, options.response_format.schema, cut_json=cut_json)
+    if request.grammar is not None and request.reasoning is not None:
+        # A reasoning model thinks freely first; the caller's grammar shapes the answer.
+        rooted = _root_first(request.grammar)
+        request = replace(request, grammar=answer_grammar(request.reasoning, rooted))
     return CallPlan(request)
+
+
+# A quoted literal, a character class, or the rule name ``root`` as a whole word.
+_ROOT_OR_LITERAL = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|(?<![\w-])root(?![\w-])')
+
+
+def _root_first(grammar: str) -> str:
+    """A caller's GBNF with a one-line root rule first, as ``answer_grammar`` takes it: the
+    caller's ``root`` (wherever it is, however long) is renamed and called from a new root."""
+    renamed = _ROOT_OR_LITERAL.sub(
+        lambda m: "caller-root" if m.group(0) == "root" else m.group(0), grammar
+    )
+    return f"root ::= caller-root\n{renamed}"
 
 
 def reasoning_spec(format: ReasoningFormat | None, options: CallOptions) -> ReasoningSpec | None:
@@ -209,6 +228,7 @@ def request_of(
         "stop": options.stop,
         "timeout": options.timeout,
         "logprobs": options.logprobs,
+        "grammar": options.grammar,
     }
     if messages is not None:
         return ChatRequest(messages=messages, chat_template=options.chat_template, **common)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self, get_type_hints
 from pydantic import BaseModel, Field, PrivateAttr, create_model, model_validator
 
 from ..engine import EngineConfig, InferenceEngine, SamplingParams
-from ..engine.config import Pooling
+from ..engine.config import KvCacheType, LoraAdapter, Pooling, RopeScaling, SplitMode
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
 from .binding import EngineBinding
 
@@ -180,6 +180,21 @@ if TYPE_CHECKING:
         kv_unified: bool | None = None
         use_mmap: bool | None = None
         weight_repacking: bool | None = None
+        use_mlock: bool | None = None
+        main_gpu: int | None = None
+        tensor_split: tuple[float, ...] | None = None
+        split_mode: SplitMode | None = None
+        type_k: KvCacheType | None = None
+        type_v: KvCacheType | None = None
+        rope_freq_base: float | None = None
+        rope_freq_scale: float | None = None
+        rope_scaling_type: RopeScaling | None = None
+        yarn_orig_ctx: int | None = None
+        yarn_ext_factor: float | None = None
+        yarn_attn_factor: float | None = None
+        yarn_beta_fast: float | None = None
+        yarn_beta_slow: float | None = None
+        lora_adapters: tuple[LoraAdapter, ...] | None = None
         max_queued: int | None = None
         embedding_pooling: Pooling | None = None
         embedding_n_ctx: int | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .channel import RequestHandle
-from .config import EngineConfig, WeightsKey
+from .config import EngineConfig, LoraAdapter, WeightsKey
 from .interface import ChatRenderer, InferenceEngine
 from .reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .registry import engine_for, live_engines, shared_engine
@@ -49,6 +49,7 @@ __all__ = [
     "GenerationRequest",
     "ImageInput",
     "InferenceEngine",
+    "LoraAdapter",
     "ModelInfo",
     "ReasoningFormat",
     "ReasoningSpec",

@@ -2,27 +2,61 @@
 
 ``EngineConfig`` is frozen and hashable. Two groups of its fields play different roles:
 
-* the *weights* (``WeightsKey``: model file, GPU offload, mmap, repacking) identify what is
-  loaded into memory. Every engine of a process over the same weights shares one loaded copy;
+* the *weights* (``WeightsKey``: model file, GPU offload and split, mmap, mlock, repacking)
+  identify what is loaded into memory. Every engine of a process over the same weights shares
+  one loaded copy;
 * everything else says how requests are *served* (sequences, context per sequence, batch size,
-  threads, queue, embedding context, projector, chat template). The registry shares one engine
-  per whole configuration, so adapters asking for the same settings batch together.
+  threads, KV cache types, RoPE, LoRA adapters, queue, embedding context, projector, chat
+  template). The registry shares one engine per whole configuration, so adapters asking for the
+  same settings batch together.
+
+LoRA adapters are serving settings, not weights: llama.cpp loads an adapter against a model
+(``llama_adapter_lora_init``) but applies it per *context* (``llama_set_adapters_lora``), never
+per sequence. So the host loads each adapter file once beside the weights it belongs to, and each
+engine applies its own adapters, with its scales, to its contexts: two engines with different
+adapters (or scales) share one copy of the base weights, and each request takes the adapters of
+the engine it is sent to.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from ..errors import InvalidRequestError
 from ..models import resolve_mmproj_path, resolve_model_path
 
 Pooling = Literal["mean", "cls", "last", "model"]
+KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+RopeScaling = Literal["none", "linear", "yarn", "longrope"]
+SplitMode = Literal["none", "layer", "row"]
 
-__all__ = ["WEIGHTS_FIELDS", "EngineConfig", "Pooling", "WeightsKey"]
+QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
+"""Cache types stored in blocks; llama.cpp needs flash attention for such a V cache."""
 
-WEIGHTS_FIELDS = ("model", "n_gpu_layers", "use_mmap", "weight_repacking")
+__all__ = [
+    "QUANTIZED_KV_TYPES",
+    "WEIGHTS_FIELDS",
+    "EngineConfig",
+    "KvCacheType",
+    "LoraAdapter",
+    "Pooling",
+    "RopeScaling",
+    "SplitMode",
+    "WeightsKey",
+]
+
+WEIGHTS_FIELDS = (
+    "model",
+    "n_gpu_layers",
+    "use_mmap",
+    "weight_repacking",
+    "use_mlock",
+    "main_gpu",
+    "tensor_split",
+    "split_mode",
+)
 """The ``EngineConfig`` fields that identify loaded weights; the others only shape serving."""
 
 
@@ -34,6 +68,24 @@ class WeightsKey:
     n_gpu_layers: int | None
     use_mmap: bool
     weight_repacking: bool | None
+    use_mlock: bool = False
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] | None = None
+    split_mode: SplitMode = "layer"
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter GGUF applied on top of the weights.
+
+    Attributes:
+        path: The adapter's ``.gguf`` file (made for the same base model, e.g. by llama.cpp's
+            ``convert_lora_to_gguf.py``).
+        scale: How strongly it applies; ``0`` leaves the base model's output unchanged.
+    """
+
+    path: str
+    scale: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +132,32 @@ class EngineConfig:
         weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
             types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
             AMX kernels crash on some virtual machines, and on everywhere else.
+        use_mlock: Lock the weights in RAM so the OS cannot page them out.
+        main_gpu: The GPU that holds the whole model when ``split_mode`` is ``none``.
+        tensor_split: Share of the offloaded layers (or rows) each GPU takes, e.g.
+            ``(3.0, 1.0)``; ``None`` splits by free memory.
+        split_mode: How a model offloaded to several GPUs is split: ``layer`` (layers and KV
+            cache across GPUs), ``row`` (rows of the weights too, where supported) or ``none``
+            (one GPU, ``main_gpu``).
+        type_k: The K cache's element type: ``f16`` (default), ``f32``, ``bf16``, or a
+            quantized ``q8_0``, ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``, ``iq4_nl`` (smaller cells,
+            slightly different logits).
+        type_v: The V cache's element type (same choices). A quantized V cache needs flash
+            attention, which it turns on when ``flash_attention`` is ``None``.
+        rope_freq_base: RoPE base frequency; ``None`` takes the model's.
+        rope_freq_scale: RoPE frequency scale (``0.5`` stretches positions to twice the
+            trained context, linear scaling); ``None`` takes the model's.
+        rope_scaling_type: ``none``, ``linear``, ``yarn`` or ``longrope``; ``None`` takes the
+            model's.
+        yarn_orig_ctx: YaRN: the context the model was trained on; ``None`` takes the model's.
+        yarn_ext_factor: YaRN extrapolation mix factor; ``None`` takes the model's.
+        yarn_attn_factor: YaRN attention magnitude factor; ``None`` takes llama.cpp's.
+        yarn_beta_fast: YaRN low correction dimension; ``None`` takes llama.cpp's.
+        yarn_beta_slow: YaRN high correction dimension; ``None`` takes llama.cpp's.
+        lora_adapters: LoRA adapters applied to every context of the engine, as
+            ``LoraAdapter(path, scale)`` or ``{"path": ..., "scale": ...}`` (``EngineConfig``
+            also takes ``(path, scale)`` pairs and bare paths). Each file is loaded once per
+            loaded model; engines with other adapters share the base weights.
         max_queued: Requests allowed to wait for a free sequence before ``submit`` reports overload.
         chat_template: A Jinja chat template that replaces the one stored in the GGUF.
         embedding_pooling: How token vectors become one text vector (``model`` keeps the GGUF's
@@ -100,6 +178,21 @@ class EngineConfig:
     kv_unified: bool = False
     use_mmap: bool = True
     weight_repacking: bool | None = None
+    use_mlock: bool = False
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] | None = None
+    split_mode: SplitMode = "layer"
+    type_k: KvCacheType = "f16"
+    type_v: KvCacheType = "f16"
+    rope_freq_base: float | None = None
+    rope_freq_scale: float | None = None
+    rope_scaling_type: RopeScaling | None = None
+    yarn_orig_ctx: int | None = None
+    yarn_ext_factor: float | None = None
+    yarn_attn_factor: float | None = None
+    yarn_beta_fast: float | None = None
+    yarn_beta_slow: float | None = None
+    lora_adapters: tuple[LoraAdapter, ...] = ()
     max_queued: int = 256
     chat_template: str | None = None
     embedding_pooling: Pooling = "model"
@@ -107,6 +200,11 @@ class EngineConfig:
     embedding_n_seq_max: int = 16
 
     def __post_init__(self) -> None:
+        self._check_choices()
+        # Lists and (path, scale) pairs are accepted; the stored form is hashable.
+        object.__setattr__(self, "lora_adapters", _lora_adapters(self.lora_adapters))
+        if self.tensor_split is not None:
+            object.__setattr__(self, "tensor_split", _tensor_split(self.tensor_split))
         checks = {
             "n_seq_max": self.n_seq_max >= 1,
             "n_ctx_per_seq": self.n_ctx_per_seq is None or self.n_ctx_per_seq >= 0,
@@ -117,14 +215,40 @@ class EngineConfig:
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
             "n_threads": self.n_threads is None or self.n_threads >= 1,
+            "main_gpu": self.main_gpu >= 0,
+            "rope_freq_base": self.rope_freq_base is None or self.rope_freq_base > 0,
+            "rope_freq_scale": self.rope_freq_scale is None or self.rope_freq_scale > 0,
+            "yarn_orig_ctx": self.yarn_orig_ctx is None or self.yarn_orig_ctx >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise InvalidRequestError(f"invalid EngineConfig values: {', '.join(bad)}")
+        if self.flash_attention is False and self.type_v in QUANTIZED_KV_TYPES:
+            raise InvalidRequestError(
+                f"type_v={self.type_v!r} (a quantized V cache) needs flash attention in "
+                "llama.cpp: leave flash_attention unset (None) or True, or use type_v='f16'"
+            )
+
+    def _check_choices(self) -> None:
+        choices: dict[str, tuple[object, tuple[object, ...]]] = {
+            "type_k": (self.type_k, get_args(KvCacheType)),
+            "type_v": (self.type_v, get_args(KvCacheType)),
+            "split_mode": (self.split_mode, get_args(SplitMode)),
+            "rope_scaling_type": (self.rope_scaling_type, (None, *get_args(RopeScaling))),
+            "embedding_pooling": (self.embedding_pooling, get_args(Pooling)),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                shown = ", ".join(repr(a) for a in allowed)
+                raise InvalidRequestError(f"{name} must be one of {shown}; got {value!r}")
 
     def flash_attention_for(self, n_gpu_layers: int) -> bool | None:
         """``flash_attention`` resolved for weights with ``n_gpu_layers`` offloaded: a bool, or
-        ``None`` for llama.cpp's own choice."""
+        ``None`` for llama.cpp's own choice.
+
+        A quantized V cache turns it on (llama.cpp refuses one without flash attention)."""
+        if self.flash_attention is None and self.type_v in QUANTIZED_KV_TYPES:
+            return True
         if self.flash_attention is None and n_gpu_layers == 0:
             return False
         return self.flash_attention
@@ -133,7 +257,16 @@ class EngineConfig:
     def weights(self) -> WeightsKey:
         """The weights this configuration loads (call on a ``resolved()`` configuration)."""
         assert self.model is not None, "resolve the configuration first"
-        return WeightsKey(self.model, self.n_gpu_layers, self.use_mmap, self.weight_repacking)
+        return WeightsKey(
+            self.model,
+            self.n_gpu_layers,
+            self.use_mmap,
+            self.weight_repacking,
+            use_mlock=self.use_mlock,
+            main_gpu=self.main_gpu,
+            tensor_split=self.tensor_split,
+            split_mode=self.split_mode,
+        )
 
     @property
     def threads(self) -> int:
@@ -152,4 +285,48 @@ class EngineConfig:
             if self.mmproj is None
             else str(resolve_mmproj_path(self.mmproj, model=self.model, model_path=path))
         )
-        return replace(self, model=str(path), mmproj=mmproj)
+        adapters = tuple(
+            replace(a, path=str(resolve_model_path(a.path))) for a in self.lora_adapters
+        )
+        return replace(self, model=str(path), mmproj=mmproj, lora_adapters=adapters)
+
+
+def _lora_adapters(value: object) -> tuple[LoraAdapter, ...]:
+    """``lora_adapters`` as a tuple of ``LoraAdapter`` (from adapters, paths or pairs)."""
+    problem = (
+        "lora_adapters must be a sequence of LoraAdapter(path, scale), (path, scale) pairs or paths"
+    )
+    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
+        raise InvalidRequestError(problem)
+    out: list[LoraAdapter] = []
+    for item in value:
+        if isinstance(item, LoraAdapter):
+            adapter = item
+        elif isinstance(item, str):
+            adapter = LoraAdapter(item)
+        elif isinstance(item, tuple | list) and len(item) == 2:
+            adapter = LoraAdapter(item[0], item[1])
+        elif isinstance(item, dict) and "path" in item:
+            adapter = LoraAdapter(item["path"], item.get("scale", 1.0))
+        else:
+            raise InvalidRequestError(f"{problem}; got {item!r}")
+        if not isinstance(adapter.path, str) or not adapter.path:
+            raise InvalidRequestError(f"a LoRA adapter's path must be a string; got {item!r}")
+        if isinstance(adapter.scale, bool) or not isinstance(adapter.scale, int | float):
+            raise InvalidRequestError(f"a LoRA adapter's scale must be a number; got {item!r}")
+        out.append(LoraAdapter(adapter.path, float(adapter.scale)))
+    return tuple(out)
+
+
+def _tensor_split(value: object) -> tuple[float, ...]:
+    """``tensor_split`` as a tuple of non-negative floats, at least one of them positive."""
+    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
+        raise InvalidRequestError("tensor_split must be a sequence of numbers, one per GPU")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        raise InvalidRequestError("tensor_split must be a sequence of numbers, one per GPU")
+    split = tuple(float(v) for v in value)
+    if not split or any(v < 0 for v in split) or sum(split) <= 0:
+        raise InvalidRequestError(
+            "tensor_split needs non-negative shares, at least one of them positive"
+        )
+    return split

@@ -98,6 +98,7 @@ class EngineCore:
                 n_threads=self.config.threads,
                 flash_attention=self.config.flash_attention_for(self.model.n_gpu_layers),
                 kv_unified=self.config.kv_unified,
+                tuning=self.config,
             )
         return self._context
 
@@ -405,6 +406,7 @@ class EngineCore:
             n_ctx=self.config.embedding_n_ctx,
             n_seq_max=self.config.embedding_n_seq_max,
             n_threads=self.config.threads,
+            tuning=self.config,
         )
         return self._embedder
 

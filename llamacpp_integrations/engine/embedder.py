@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError, ModelLoadError
-from .runner import LoadedModel
+from .config import EngineConfig
+from .runner import LoadedModel, apply_lora, tune_context
 
 __all__ = ["POOLING_TYPES", "EmbeddingContext"]
 
@@ -28,9 +29,19 @@ class EmbeddingContext:
     """Embeds up to ``n_seq_max`` texts (``n_ctx`` tokens in all) per decode, one vector each."""
 
     def __init__(
-        self, model: LoadedModel, *, pooling: int, n_ctx: int, n_seq_max: int, n_threads: int
+        self,
+        model: LoadedModel,
+        *,
+        pooling: int,
+        n_ctx: int,
+        n_seq_max: int,
+        n_threads: int,
+        tuning: EngineConfig | None = None,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
+        # RoPE and LoRA shape the vectors as they shape generation; the cache types stay f16
+        # (an embedding context keeps nothing between decodes).
+        tune_context(params, tuning, kv_types=False)
         params.n_ctx = n_ctx
         # Pooling needs a whole sequence inside one micro-batch, so both batch sizes are n_ctx.
         params.n_batch = n_ctx
@@ -45,6 +56,11 @@ class EmbeddingContext:
         ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ModelLoadError(str(model.path), "llama.cpp could not create an embedding context")
+        try:
+            apply_lora(ctx, model, () if tuning is None else tuning.lora_adapters)
+        except BaseException:
+            llama_cpp.llama_free(ctx)
+            raise
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -127,9 +127,14 @@ class ModelHost:
     def attach(
         self, config: EngineConfig, inbox: Inbox, *, n_ctx_per_seq: int, embedding_pooling: int
     ) -> Attachment:
-        """Build a core for ``config`` on the worker (loading its projector if new)."""
+        """Build a core for ``config`` on the worker (loading its projector and LoRA adapters
+        if new)."""
 
         def build() -> Attachment:
+            # Load the adapters now, so a wrong file fails the engine's construction with
+            # ModelLoadError instead of failing its first request; the contexts reuse them.
+            for adapter in config.lora_adapters:
+                self.model.lora(adapter.path)
             vision = None if config.mmproj is None else self._take_projector(config)
             try:
                 core = EngineCore(
@@ -238,12 +243,8 @@ class ModelHost:
     def _main(self) -> None:
         try:
             self.offload = self._choose_offload()
-            model = LoadedModel(
-                Path(self.key.model),
-                n_gpu_layers=self.offload.n_gpu_layers,
-                use_mmap=self.key.use_mmap,
-                weight_repacking=self.key.weight_repacking,
-            )
+            decided = replace(self.key, n_gpu_layers=self.offload.n_gpu_layers)
+            model = LoadedModel(Path(self.key.model), decided)
         except BaseException as error:
             with _LOCK:
                 if _HOSTS.get(self.key) is self:

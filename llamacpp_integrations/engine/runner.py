@@ -12,6 +12,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -19,9 +20,33 @@ import numpy.typing as npt
 
 from ..errors import EngineError, ModelLoadError
 from .batch import BatchEntry
+from .config import EngineConfig, LoraAdapter, WeightsKey
 from .llama_log import ROUTER
 
-__all__ = ["DecodeStatus", "GenerationContext", "LoadedModel"]
+__all__ = ["DecodeStatus", "GenerationContext", "LoadedModel", "apply_lora", "tune_context"]
+
+_GGML_TYPES = {
+    "f32": llama_cpp.GGML_TYPE_F32,
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "bf16": 30,  # GGML_TYPE_BF16 in ggml.h; the bindings leave it out
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+    "q4_1": llama_cpp.GGML_TYPE_Q4_1,
+    "q5_0": llama_cpp.GGML_TYPE_Q5_0,
+    "q5_1": llama_cpp.GGML_TYPE_Q5_1,
+    "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
+}
+_ROPE_SCALING = {
+    "none": llama_cpp.LLAMA_ROPE_SCALING_TYPE_NONE,
+    "linear": llama_cpp.LLAMA_ROPE_SCALING_TYPE_LINEAR,
+    "yarn": llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN,
+    "longrope": llama_cpp.LLAMA_ROPE_SCALING_TYPE_LONGROPE,
+}
+_SPLIT_MODES = {
+    "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
+    "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+    "row": llama_cpp.LLAMA_SPLIT_MODE_ROW,
+}
 
 _BACKEND_LOCK = threading.Lock()
 _BACKEND_READY: list[bool] = []
@@ -51,27 +76,42 @@ def cpu_advertises_amx() -> bool:
 class LoadedModel:
     """The weights and vocabulary of one GGUF file, shared by every context built on them."""
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        n_gpu_layers: int = 0,
-        use_mmap: bool = True,
-        weight_repacking: bool | None = None,
-    ) -> None:
+    def __init__(self, path: Path, key: WeightsKey | None = None) -> None:
+        """Load ``path`` with the model settings of ``key`` (``None``: the defaults), whose
+        ``n_gpu_layers`` is already decided (``None`` is taken as none offloaded)."""
         _init_backend()
+        key = key or WeightsKey(str(path), 0, True, None)
+        n_gpu_layers = key.n_gpu_layers or 0
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        params.use_mmap = use_mmap
+        params.use_mmap = key.use_mmap
+        params.use_mlock = key.use_mlock
+        params.main_gpu = key.main_gpu
+        params.split_mode = _SPLIT_MODES[key.split_mode]
+        weight_repacking = key.weight_repacking
         if weight_repacking is None:
             weight_repacking = not cpu_advertises_amx()
         params.use_extra_bufts = weight_repacking
+        split = None
+        if key.tensor_split is not None:
+            if len(key.tensor_split) > llama_cpp.LLAMA_MAX_DEVICES:
+                raise ModelLoadError(
+                    str(path),
+                    f"tensor_split names {len(key.tensor_split)} devices; this build of "
+                    f"llama.cpp has at most {llama_cpp.LLAMA_MAX_DEVICES}",
+                )
+            # llama.cpp reads llama_max_devices() floats; the array lives through the load.
+            split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*key.tensor_split)
+            params.tensor_split = split
         model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        del split
         if not model:
             raise ModelLoadError(str(path), "llama.cpp could not load it (see the debug log)")
         self.path = path
         self.n_gpu_layers = n_gpu_layers
         self._model = model
+        self._loras: dict[str, Any] = {}  # adapter file -> llama_adapter_lora *
+        self._lora_lock = threading.Lock()
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
@@ -132,10 +172,71 @@ class LoadedModel:
             "utf-8", errors="replace"
         )
 
+    def lora(self, path: str) -> Any:
+        """The ``llama_adapter_lora *`` of an adapter file, loaded on first use and kept until
+        the weights are freed (llama.cpp frees a model's adapters with it, so they are never
+        freed here).
+
+        Raises:
+            ModelLoadError: llama.cpp refused the file (another base model, not a LoRA GGUF).
+        """
+        with self._lora_lock:
+            adapter = self._loras.get(path)
+            if adapter is None:
+                adapter = llama_cpp.llama_adapter_lora_init(self._model, path.encode("utf-8"))
+                if not adapter:
+                    raise ModelLoadError(
+                        path,
+                        f"llama.cpp could not load it as a LoRA adapter of {self.path.name} "
+                        "(see the debug log of 'llamacpp_integrations.llama_cpp')",
+                    )
+                self._loras[path] = adapter
+            return adapter
+
     def close(self) -> None:
         if self._model:
+            with self._lora_lock:
+                self._loras.clear()  # llama_model_free frees them
             llama_cpp.llama_model_free(self._model)
             self._model = None
+
+
+def tune_context(params: Any, config: EngineConfig | None, *, kv_types: bool) -> None:
+    """Set ``config``'s RoPE settings (and with ``kv_types`` its cache types) on context
+    params; unset settings keep llama.cpp's defaults, which read the model's own."""
+    if config is None:
+        return
+    if kv_types:
+        params.type_k = _GGML_TYPES[config.type_k]
+        params.type_v = _GGML_TYPES[config.type_v]
+    if config.rope_scaling_type is not None:
+        params.rope_scaling_type = _ROPE_SCALING[config.rope_scaling_type]
+    floats = {
+        "rope_freq_base": config.rope_freq_base,
+        "rope_freq_scale": config.rope_freq_scale,
+        "yarn_ext_factor": config.yarn_ext_factor,
+        "yarn_attn_factor": config.yarn_attn_factor,
+        "yarn_beta_fast": config.yarn_beta_fast,
+        "yarn_beta_slow": config.yarn_beta_slow,
+    }
+    for name, value in floats.items():
+        if value is not None:
+            setattr(params, name, value)
+    if config.yarn_orig_ctx is not None:
+        params.yarn_orig_ctx = config.yarn_orig_ctx
+
+
+def apply_lora(ctx: Any, model: LoadedModel, adapters: Sequence[LoraAdapter]) -> None:
+    """Put ``adapters`` (with their scales) on a context; nothing to do for none."""
+    if not adapters:
+        return
+    handles = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(
+        *(model.lora(a.path) for a in adapters)
+    )
+    scales = (ctypes.c_float * len(adapters))(*(a.scale for a in adapters))
+    code = int(llama_cpp.llama_set_adapters_lora(ctx, handles, len(adapters), scales))
+    if code != 0:
+        raise ModelLoadError(str(model.path), f"llama.cpp refused the LoRA adapters ({code})")
 
 
 class DecodeStatus:
@@ -161,8 +262,10 @@ class GenerationContext:
         n_threads: int,
         flash_attention: bool | None,
         kv_unified: bool,
+        tuning: EngineConfig | None = None,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
+        tune_context(params, tuning, kv_types=True)
         params.n_ctx = n_ctx_per_seq * n_seq_max
         params.flash_attn_type = {
             None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # llama.cpp decides
@@ -179,6 +282,11 @@ class GenerationContext:
         ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ModelLoadError(str(model.path), "llama.cpp could not create a context")
+        try:
+            apply_lora(ctx, model, () if tuning is None else tuning.lora_adapters)
+        except BaseException:
+            llama_cpp.llama_free(ctx)
+            raise
         self.model = model
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max

@@ -237,6 +237,8 @@ def context_for(
         requested=config.n_ctx_per_seq,
         n_seq_max=config.n_seq_max,
         budget_bytes=budget,
+        type_k=config.type_k,
+        type_v=config.type_v,
     )
 
 

@@ -68,6 +68,23 @@ def test_tools_and_a_response_format_together_are_refused() -> None:
         )
 
 
+def test_a_grammar_is_a_call_option_but_not_beside_tools_or_formats() -> None:
+    grammar = 'root ::= "yes" | "no"'
+    options = client.CallOptions.merge(DEFAULTS, {"grammar": grammar}, owner="X", chat=False)
+    assert options.grammar == grammar
+    request = client.request_of(options, prompt="Is it?")
+    assert request.grammar == grammar
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(InvalidRequestError, match="grammar cannot be used together with tools"):
+        client.CallOptions.merge(DEFAULTS, {"grammar": grammar, "tools": [tool]}, owner="X")
+    with pytest.raises(InvalidRequestError, match="grammar cannot be used together"):
+        client.CallOptions.merge(
+            DEFAULTS, {"grammar": grammar, "response_format": {"type": "json_object"}}, owner="X"
+        )
+    with pytest.raises(InvalidRequestError, match="non-empty GBNF"):
+        client.CallOptions.merge(DEFAULTS, {"grammar": "  "}, owner="X")
+
+
 def test_response_formats_in_every_shape() -> None:
     class Pet(BaseModel):
         name: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamacpp_integrations.engine import EngineConfig
+from llamacpp_integrations.engine import EngineConfig, LoraAdapter
 from llamacpp_integrations.errors import InvalidRequestError
 
 
@@ -30,3 +30,55 @@ def test_bad_values_are_named() -> None:
 def test_configs_are_hashable_keys() -> None:
     assert {EngineConfig(model="a"): 1}[EngineConfig(model="a")] == 1
     assert EngineConfig(model="a") != EngineConfig(model="a", kv_unified=True)
+
+
+def test_cache_types_and_choices_are_checked_by_name() -> None:
+    assert EngineConfig(type_k="q8_0", type_v="q4_0").type_k == "q8_0"
+    with pytest.raises(InvalidRequestError, match=r"type_k must be one of .*'q8_0'.*got 'q3'"):
+        EngineConfig(type_k="q3")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="split_mode must be one of"):
+        EngineConfig(split_mode="columns")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="rope_scaling_type must be one of"):
+        EngineConfig(rope_scaling_type="ntk")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="rope_freq_scale"):
+        EngineConfig(rope_freq_scale=0.0)
+
+
+def test_a_quantized_v_cache_turns_flash_attention_on() -> None:
+    assert EngineConfig(type_v="q8_0").flash_attention_for(0) is True
+    assert EngineConfig(type_v="q8_0").flash_attention_for(-1) is True
+    assert EngineConfig(type_k="q4_0").flash_attention_for(0) is False  # a quantized K needs none
+    with pytest.raises(InvalidRequestError, match=r"type_v='q4_0'.*flash attention"):
+        EngineConfig(type_v="q4_0", flash_attention=False)
+
+
+def test_lora_adapters_are_normalized_and_hashable() -> None:
+    config = EngineConfig(lora_adapters=["a.gguf", ("b.gguf", 0.5), {"path": "c.gguf"}])  # type: ignore[list-item]
+    assert config.lora_adapters == (
+        LoraAdapter("a.gguf", 1.0),
+        LoraAdapter("b.gguf", 0.5),
+        LoraAdapter("c.gguf", 1.0),
+    )
+    assert hash(config) == hash(EngineConfig(lora_adapters=config.lora_adapters))
+    with pytest.raises(InvalidRequestError, match="lora_adapters"):
+        EngineConfig(lora_adapters="a.gguf")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="scale must be a number"):
+        EngineConfig(lora_adapters=[("a.gguf", "high")])  # type: ignore[list-item]
+
+
+def test_gpu_split_settings_identify_the_weights() -> None:
+    base = EngineConfig(model="/m.gguf")
+    split = EngineConfig(model="/m.gguf", tensor_split=[3, 1], split_mode="row", main_gpu=1)  # type: ignore[arg-type]
+    assert split.tensor_split == (3.0, 1.0)
+    assert split.weights != base.weights
+    assert EngineConfig(model="/m.gguf", use_mlock=True).weights != base.weights
+    # Serving settings (cache types, RoPE, adapters) share the loaded weights.
+    served = EngineConfig(
+        model="/m.gguf",
+        type_k="q8_0",
+        rope_freq_base=20000.0,
+        lora_adapters=["a"],  # type: ignore[list-item]
+    )
+    assert served.weights == base.weights
+    with pytest.raises(InvalidRequestError, match="tensor_split"):
+        EngineConfig(tensor_split=(0.0, 0.0))

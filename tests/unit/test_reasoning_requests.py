@@ -8,6 +8,7 @@ The splitting itself is ``test_reasoning.py``; running all of it on a model is
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -216,3 +217,17 @@ def test_a_call_names_the_templates_format_with_its_options() -> None:
     assert plan.request.reasoning == ReasoningSpec(R1_FORMAT, enabled=False, budget=5)
     plain = plan_call(engine, request, _options(reasoning_budget=5), Facts(None))
     assert plain.request.reasoning is None
+
+
+def test_a_callers_grammar_applies_after_the_reasoning() -> None:
+    engine: Any = TemplateRenderer(QWQ)
+    grammar = '# yes or no\nanswer ::= "yes" | "no" | "root"\nroot ::= answer " " answer'
+    options = _options(grammar=grammar)
+    request = replace(ChatRequest(messages=[QUESTION]), grammar=grammar)
+    plan = plan_call(engine, request, options, Facts(R1_FORMAT))
+    wrapped = plan.request.grammar
+    assert wrapped is not None and wrapped.startswith("root ::= ")
+    assert R1_FORMAT.end in wrapped  # the thinking comes first, closed by its end marker
+    assert 'caller-root ::= answer " " answer' in wrapped and '"root"' in wrapped
+    plain = plan_call(engine, request, options, Facts(None))
+    assert plain.request.grammar == grammar  # no reasoning format: the grammar as given

@@ -8,6 +8,8 @@ import inspect
 from dataclasses import MISSING, fields
 from typing import Any
 
+import pytest
+
 from llamacpp_integrations.client import settings
 from llamacpp_integrations.client.settings import (
     ENGINE_SETTINGS,
@@ -67,3 +69,28 @@ def test_the_type_checkers_view_matches() -> None:
     }
     for name, stmt in sampling.items():
         assert stmt.value is not None and ast.literal_eval(stmt.value) == defaults[name], name
+
+
+def test_new_engine_settings_reach_the_adapters() -> None:
+    from llamacpp_integrations.engine import LoraAdapter
+    from llamacpp_integrations.llama_index import LlamaCpp
+
+    llm = LlamaCpp(
+        model="smollm2-135m",
+        type_k="q8_0",
+        type_v="q8_0",
+        rope_freq_scale=0.5,
+        lora_adapters=[{"path": "a.gguf", "scale": 0.5}],
+        tensor_split=[1.0, 1.0],
+    )
+    assert llm._engine_settings() == {
+        "type_k": "q8_0",
+        "type_v": "q8_0",
+        "rope_freq_scale": 0.5,
+        "lora_adapters": (LoraAdapter("a.gguf", 0.5),),
+        "tensor_split": (1.0, 1.0),
+    }
+    with pytest.raises(ValueError, match="flash attention"):
+        LlamaCpp(model="smollm2-135m", type_v="q4_0", flash_attention=False)
+    with pytest.raises(ValueError, match="type_k"):
+        LlamaCpp(model="smollm2-135m", type_k="q3")

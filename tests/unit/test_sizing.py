@@ -150,6 +150,21 @@ def test_kv_memory_budget_setting_wins_over_the_measured_memory(tmp_path: Path) 
     assert choice.n_ctx_per_seq == 8192  # 1 GiB / 128 KiB
 
 
+def test_a_quantized_cache_buys_a_longer_context(tmp_path: Path) -> None:
+    info = read_gguf_info(write_header(tmp_path / "8b.gguf", **LLAMA_8B))
+    budget = {"n_seq_max": 1, "kv_memory_budget": GiB}
+    f16 = context_for(EngineConfig(**budget), info, free_memory=None, weights_there=0)
+    q8 = context_for(
+        EngineConfig(type_k="q8_0", type_v="q8_0", **budget),
+        info,
+        free_memory=None,
+        weights_there=0,
+    )
+    assert f16.n_ctx_per_seq == 8192
+    assert q8.kv_bytes_per_cell == 128 * KIB * 34 // 64
+    assert q8.n_ctx_per_seq == GiB // q8.kv_bytes_per_cell // CONTEXT_STEP * CONTEXT_STEP
+
+
 def test_offload_decisions() -> None:
     weights = 5 * GiB
     assert (
