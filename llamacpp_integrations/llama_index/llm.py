@@ -87,8 +87,9 @@ class LlamaCpp(
     an offered tool with valid arguments and every structured answer validates, whatever the
     model.
 
-    ``metadata.context_window`` is the engine's per-sequence context (``n_ctx_per_seq``): each
-    request runs in one sequence of the batch, so that is what one prompt plus its answer fits.
+    ``metadata.context_window`` is the engine's per-sequence context (``n_ctx_per_seq``) less
+    32 tokens for the chat template's framing, which LlamaIndex does not count: each request runs
+    in one sequence of the batch, so that is what one prompt plus its answer fits.
     Reading it loads nothing (before the first call it comes from the GGUF header). LlamaIndex
     counts tokens with its global ``Settings.tokenizer`` (tiktoken unless set); set
     ``Settings.tokenizer = llm.tokenizer`` so retrieved text is packed into that window in this
@@ -177,7 +178,8 @@ class LlamaCpp(
 
     @property
     def metadata(self) -> LLMMetadata:
-        """Context window (the engine's per-sequence context), output budget and model name.
+        """Context window (the engine's per-sequence context less ``FRAMING_RESERVE``), output
+        budget and model name.
 
         Read without loading the model: from the engine once it is loaded, before that from
         the GGUF header and the engine settings (see ``WindowReader``).
@@ -186,7 +188,7 @@ class LlamaCpp(
             self._window = WindowReader(self.binding, self._engine_settings())
         window = self._window()
         return LLMMetadata(
-            context_window=window.n_ctx_per_seq,
+            context_window=window.context_window,
             num_output=self.max_tokens or DEFAULT_NUM_OUTPUTS,
             is_chat_model=True,
             is_function_calling_model=True,

@@ -19,7 +19,17 @@ from ..engine import EngineConfig, ModelInfo
 from ..errors import ModelLoadError
 from ..models import load_model_info
 
-__all__ = ["ModelTokenizer", "ModelWindow", "WindowReader"]
+__all__ = ["FRAMING_RESERVE", "ModelTokenizer", "ModelWindow", "WindowReader"]
+
+FRAMING_RESERVE = 32
+"""Tokens of a sequence left out of ``metadata.context_window`` for the chat template's framing.
+
+LlamaIndex counts a chat prompt as its texts, role names and 3 tokens a message; the template
+adds more (BOS, start and end markers, the generation prompt, some a default system text or
+dates). Measured on SmolLM2's ChatML template, prompts that LlamaIndex packed to the last token
+came out 8 tokens longer than it counted and overflowed by 3; templates with dates in their
+system header add about 20 more.
+"""
 
 
 class ModelTokenizer:
@@ -48,6 +58,11 @@ class ModelWindow:
 
     n_ctx_per_seq: int
     name: str
+
+    @property
+    def context_window(self) -> int:
+        """What LlamaIndex may fill: the sequence less ``FRAMING_RESERVE``."""
+        return max(self.n_ctx_per_seq - FRAMING_RESERVE, 1)
 
     @classmethod
     def of(cls, info: ModelInfo) -> ModelWindow:

@@ -2,10 +2,15 @@
 
 With ``Settings.tokenizer = llm.tokenizer`` LlamaIndex measures the retrieved text in the
 model's tokens and packs it into ``metadata.context_window`` (the engine's ``n_ctx_per_seq``,
-512 here so it is cheap): the query is answered over several prompts that each fit. Two wrong
-setups show the test means something: LlamaIndex's default tokenizer (tiktoken) undercounts
-this digit-heavy text, and a window claimed bigger than the engine's packs too much; both end in
+1024 here so it is cheap): the query is answered from prompts that each fit. Two wrong setups
+show the test means something: LlamaIndex's default tokenizer (tiktoken) undercounts this
+digit-heavy text, and a window claimed bigger than the engine's packs too much; both end in
 ``ContextOverflowError`` from the engine.
+
+(1024, not less: LlamaIndex's default ``compact`` mode keeps 500 tokens free beyond
+``num_output`` when it packs, so below about 650 tokens it has no room for any context and
+raises ``ValueError``. Those 500 tokens also hide tiktoken's undercount there; the modes that pack
+to the last token, ``simple_summarize`` and ``tree_summarize``, overflow with it.)
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from typing import Any
 
 import llama_index.core
 import pytest
-from llama_index.core import Document, Settings, VectorStoreIndex, get_response_synthesizer
-from llama_index.core.indices.prompt_helper import PromptHelper
+from llama_index.core import Document, Settings, VectorStoreIndex
+from llama_index.core.base.llms.types import LLMMetadata
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
@@ -27,10 +32,11 @@ from pydantic import Field
 
 from llamacpp_integrations.errors import ContextOverflowError
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
+from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
 
-N_CTX = 512
+N_CTX = 1024
 MAX_TOKENS = 32
-TOP_K = 6
+TOP_K = 8
 QUESTION = "Which account paid the most?"
 
 
@@ -57,7 +63,7 @@ class PromptSizes(BaseEventHandler):
 
 @pytest.fixture(scope="module")
 def models(smollm_path: Path) -> tuple[LlamaCpp, LlamaCppEmbedding]:
-    """An LLM and an embedder on one engine of 512-token sequences."""
+    """An LLM and an embedder on one engine of 1024-token sequences."""
     llm = LlamaCpp(
         model=str(smollm_path), temperature=0.0, max_tokens=MAX_TOKENS, n_ctx_per_seq=N_CTX
     )
@@ -109,7 +115,8 @@ def test_metadata_is_the_engine_window_before_and_after_loading(
     llm, _ = models
     assert llm.engine.info.n_ctx_per_seq == N_CTX
     assert before == llm.metadata  # the same once an engine reports it
-    assert before.context_window == N_CTX and before.num_output == MAX_TOKENS
+    assert before.context_window == N_CTX - FRAMING_RESERVE
+    assert before.num_output == MAX_TOKENS
 
 
 def test_tokenizer_is_the_engines(models: tuple[LlamaCpp, LlamaCppEmbedding]) -> None:
@@ -119,20 +126,24 @@ def test_tokenizer_is_the_engines(models: tuple[LlamaCpp, LlamaCppEmbedding]) ->
     assert llm.engine.detokenize(llm.tokenizer(text)) == text
 
 
+@pytest.mark.parametrize("mode", ["compact", "simple_summarize", "tree_summarize"])
 def test_retrieved_text_is_packed_into_the_window(
     models: tuple[LlamaCpp, LlamaCppEmbedding],
     index: VectorStoreIndex,
     settings: None,
     prompt_sizes: list[int],
+    mode: str,
 ) -> None:
     llm, _ = models
     Settings.tokenizer = llm.tokenizer
     assert _retrieved_tokens(llm, index) > 2 * N_CTX  # far more than one prompt holds
-    response = index.as_query_engine(llm=llm, similarity_top_k=TOP_K).query(QUESTION)
+    query_engine = index.as_query_engine(llm=llm, similarity_top_k=TOP_K, response_mode=mode)
+    response = query_engine.query(QUESTION)
     assert str(response).strip()
     assert len(response.source_nodes) == TOP_K
-    assert len(prompt_sizes) >= 3  # packed into several prompts, refined in turn
-    assert all(size + MAX_TOKENS <= N_CTX for size in prompt_sizes), prompt_sizes
+    assert prompt_sizes and all(size + MAX_TOKENS <= N_CTX for size in prompt_sizes), prompt_sizes
+    if mode == "compact":
+        assert len(prompt_sizes) >= 3  # packed into several prompts, refined in turn
 
 
 async def test_retrieved_text_is_packed_into_the_window_async(
@@ -150,24 +161,52 @@ async def test_retrieved_text_is_packed_into_the_window_async(
     assert all(size + MAX_TOKENS <= N_CTX for size in prompt_sizes), prompt_sizes
 
 
+@pytest.mark.parametrize("mode", ["simple_summarize", "tree_summarize"])
 def test_counted_with_tiktoken_the_prompt_overflows(
-    models: tuple[LlamaCpp, LlamaCppEmbedding], index: VectorStoreIndex, settings: None
+    models: tuple[LlamaCpp, LlamaCppEmbedding], index: VectorStoreIndex, settings: None, mode: str
 ) -> None:
     llm, _ = models
     llama_index.core.global_tokenizer = None  # LlamaIndex's default: tiktoken
-    with pytest.raises(ContextOverflowError):
-        index.as_query_engine(llm=llm, similarity_top_k=TOP_K).query(QUESTION)
-
-
-def test_a_window_claimed_bigger_than_the_engines_overflows(
-    models: tuple[LlamaCpp, LlamaCppEmbedding], index: VectorStoreIndex, settings: None
-) -> None:
-    llm, _ = models
-    Settings.tokenizer = llm.tokenizer
-    claimed = PromptHelper(context_window=4 * N_CTX, num_output=MAX_TOKENS, tokenizer=llm.tokenizer)
-    synthesizer = get_response_synthesizer(llm=llm, prompt_helper=claimed)
-    query_engine = index.as_query_engine(
-        llm=llm, similarity_top_k=TOP_K, response_synthesizer=synthesizer
-    )
+    query_engine = index.as_query_engine(llm=llm, similarity_top_k=TOP_K, response_mode=mode)
     with pytest.raises(ContextOverflowError):
         query_engine.query(QUESTION)
+
+
+class ClaimsABiggerWindow(LlamaCpp):
+    """A deliberately wrong setup: metadata claiming four times the engine's window."""
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return super().metadata.model_copy(update={"context_window": 4 * N_CTX})
+
+
+@pytest.fixture
+def claiming(smollm_path: Path) -> ClaimsABiggerWindow:
+    # The same model and settings as ``models``: the same engine.
+    return ClaimsABiggerWindow(
+        model=str(smollm_path), temperature=0.0, max_tokens=MAX_TOKENS, n_ctx_per_seq=N_CTX
+    )
+
+
+@pytest.mark.parametrize("mode", ["simple_summarize", "tree_summarize"])
+def test_a_window_claimed_bigger_than_the_engines_overflows(
+    claiming: ClaimsABiggerWindow, index: VectorStoreIndex, settings: None, mode: str
+) -> None:
+    Settings.tokenizer = claiming.tokenizer
+    query_engine = index.as_query_engine(llm=claiming, similarity_top_k=TOP_K, response_mode=mode)
+    with pytest.raises(ContextOverflowError):
+        query_engine.query(QUESTION)
+
+
+def test_compact_mode_swallows_the_overflow(
+    claiming: ClaimsABiggerWindow,
+    index: VectorStoreIndex,
+    settings: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """LlamaIndex's refine loop catches ValueError (ContextOverflowError is one) and logs it:
+    with a wrong window, a ``compact`` query answers "Empty Response" instead of raising."""
+    Settings.tokenizer = claiming.tokenizer
+    query_engine = index.as_query_engine(llm=claiming, similarity_top_k=TOP_K)
+    assert str(query_engine.query(QUESTION)) == "Empty Response"
+    assert "one sequence holds 1024" in caplog.text

@@ -19,6 +19,7 @@ from llamacpp_integrations.engine import ModelInfo
 from llamacpp_integrations.errors import ModelLoadError
 from llamacpp_integrations.llama_index import LlamaCpp, ModelTokenizer
 from llamacpp_integrations.llama_index import window as window_module
+from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
 from tests.unit.test_models import valid_gguf  # a tiny GGUF: "Tiny Test", trained on 4096
 
 
@@ -80,7 +81,8 @@ def global_tokenizer() -> Iterator[None]:
 def test_metadata_before_loading_comes_from_the_header(gguf: Path) -> None:
     llm = LlamaCpp(model=str(gguf), max_tokens=64)
     metadata = llm.metadata
-    assert metadata.context_window == 2048  # EngineConfig's default n_ctx_per_seq
+    # EngineConfig's default n_ctx_per_seq, less what the chat template's framing takes
+    assert metadata.context_window == 2048 - FRAMING_RESERVE
     assert metadata.num_output == 64
     assert metadata.model_name == "Tiny Test"
     assert metadata.is_chat_model and metadata.is_function_calling_model
@@ -99,7 +101,7 @@ def test_metadata_window_is_the_sequence_context_the_settings_give(
     gguf: Path, settings: dict[str, object], window: int
 ) -> None:
     llm = LlamaCpp(model=str(gguf), **settings)  # type: ignore[arg-type]
-    assert llm.metadata.context_window == window
+    assert llm.metadata.context_window == window - FRAMING_RESERVE
     assert llm.binding.loaded() is None
 
 
@@ -122,7 +124,7 @@ def test_metadata_of_a_loaded_engine_is_its_own() -> None:
     engine = CharEngine(n_ctx_per_seq=300)
     llm = LlamaCpp(engine=engine, max_tokens=None)  # type: ignore[arg-type]
     metadata = llm.metadata
-    assert metadata.context_window == 300
+    assert metadata.context_window == 300 - FRAMING_RESERVE
     assert metadata.num_output == 256  # no max_tokens: LlamaIndex's default reserve
     assert metadata.model_name == "char.gguf"
 
@@ -170,6 +172,6 @@ def test_prompt_helper_packs_into_the_window_in_model_tokens(global_tokenizer: N
     packed = helper.repack(filled, chunks, llm=llm)
     assert len(packed) > 1  # the text did not fit one prompt, so it was split
     for text in packed:
-        # One token per character: the whole prompt plus the answer's reserve fits the window.
-        assert len(filled.format(context_str=text)) + 50 <= 300
+        # One token per character: the whole prompt, the answer and the framing fit the window.
+        assert len(filled.format(context_str=text)) + 50 + FRAMING_RESERVE <= 300
     assert engine.tokenized  # counted by the model's tokenizer, not tiktoken
