@@ -22,12 +22,15 @@ from typing import Any
 
 import llama_index.core
 import pytest
-from llama_index.core import Document, Settings, VectorStoreIndex
+from llama_index.core import Document, Settings, VectorStoreIndex, get_response_synthesizer
 from llama_index.core.base.llms.types import LLMMetadata
+from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.response_synthesizers import ResponseMode
 from pydantic import Field
 
 from llamacpp_integrations.errors import ContextOverflowError
@@ -170,6 +173,24 @@ def test_counted_with_tiktoken_the_prompt_overflows(
     query_engine = index.as_query_engine(llm=llm, similarity_top_k=TOP_K, response_mode=mode)
     with pytest.raises(ContextOverflowError):
         query_engine.query(QUESTION)
+
+
+def test_a_prompt_helper_of_its_own_sizes_one_query_engine(
+    models: tuple[LlamaCpp, LlamaCppEmbedding],
+    index: VectorStoreIndex,
+    settings: None,
+    prompt_sizes: list[int],
+) -> None:
+    llm, _ = models
+    llama_index.core.global_tokenizer = None  # tiktoken everywhere else
+    helper = PromptHelper.from_llm_metadata(llm.metadata, tokenizer=llm.tokenizer)
+    synthesizer = get_response_synthesizer(
+        llm=llm, prompt_helper=helper, response_mode=ResponseMode.SIMPLE_SUMMARIZE
+    )
+    retriever = index.as_retriever(similarity_top_k=TOP_K)
+    response = RetrieverQueryEngine(retriever, response_synthesizer=synthesizer).query(QUESTION)
+    assert str(response).strip()
+    assert prompt_sizes and all(size + MAX_TOKENS <= N_CTX for size in prompt_sizes), prompt_sizes
 
 
 class ClaimsABiggerWindow(LlamaCpp):
