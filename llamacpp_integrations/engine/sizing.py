@@ -194,10 +194,12 @@ def choose_context(
     budget_bytes: int | None,
     type_k: str = "f16",
     type_v: str = "f16",
+    n_ctx_train: int | None = None,
 ) -> ContextChoice:
     """The context per sequence: ``requested`` when given (``0``: the training context), else
-    the training context reduced to fit ``budget_bytes`` for ``n_seq_max`` sequences."""
-    train = shape.n_ctx_train if shape is not None and shape.n_ctx_train else None
+    the training context (``n_ctx_train``, else the shape's) reduced to fit ``budget_bytes``
+    for ``n_seq_max`` sequences."""
+    train = n_ctx_train or (shape.n_ctx_train if shape is not None else None)
     per_cell = None if shape is None else shape.kv_bytes_per_cell(type_k, type_v)
 
     def choice(n_ctx: int, reason: str) -> ContextChoice:
@@ -239,6 +241,7 @@ def context_for(
         budget_bytes=budget,
         type_k=config.type_k,
         type_v=config.type_v,
+        n_ctx_train=info.context_length,
     )
 
 

@@ -2,7 +2,9 @@
 
 * :class:`LlamaCpp`: a ``FunctionCallingLLM`` (chat, completion, streaming, async, tool calling
   and grammar-constrained structured output) for agents, query engines and chat engines;
-* :class:`LlamaCppEmbedding`: a ``BaseEmbedding`` for indexes and retrievers.
+* :class:`LlamaCppEmbedding`: a ``BaseEmbedding`` for indexes and retrievers;
+* :class:`ModelTokenizer`: the model's tokenizer (``llm.tokenizer``) for
+  ``Settings.tokenizer``, so LlamaIndex sizes prompts in the model's own tokens.
 
 Both built with the same ``model`` and engine settings share one engine (one copy of the
 weights). Needs the ``llama-index`` extra: ``pip install 'llamacpp-integrations[llama-index]'``.
@@ -12,5 +14,6 @@ from __future__ import annotations
 
 from .embedding import LlamaCppEmbedding
 from .llm import LlamaCpp
+from .window import ModelTokenizer
 
-__all__ = ["LlamaCpp", "LlamaCppEmbedding"]
+__all__ = ["LlamaCpp", "LlamaCppEmbedding", "ModelTokenizer"]

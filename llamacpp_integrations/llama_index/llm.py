@@ -44,6 +44,7 @@ from .responses import chat_response, completion_response, tool_selections
 from .streaming import ChatStream, CompletionStream, aclosed, closed
 from .structured_predict import GrammarStructuredPredict
 from .tool_calls import chat_with_tools_kwargs, first_call_only
+from .window import ModelTokenizer, WindowReader
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
@@ -86,8 +87,13 @@ class LlamaCpp(
     an offered tool with valid arguments and every structured answer validates, whatever the
     model.
 
-    ``metadata.context_window`` is the engine's per-sequence context (``n_ctx_per_seq``): each
-    request runs in one sequence of the batch, so that is what one prompt plus its answer fits.
+    ``metadata.context_window`` is the engine's per-sequence context (``n_ctx_per_seq``) less
+    32 tokens for the chat template's framing, which LlamaIndex does not count: each request runs
+    in one sequence of the batch, so that is what one prompt plus its answer fits.
+    Reading it loads nothing (before the first call it comes from the GGUF header). LlamaIndex
+    counts tokens with its global ``Settings.tokenizer`` (tiktoken unless set); set
+    ``Settings.tokenizer = llm.tokenizer`` so retrieved text is packed into that window in this
+    model's own tokens.
 
     Keyword arguments of ``chat`` / ``complete`` (and of ``llm_kwargs``) override the fields of
     the same names for one call: the sampling fields, ``max_tokens``, ``stop``, ``timeout``,
@@ -146,6 +152,7 @@ class LlamaCpp(
     )
 
     _given_engine: InferenceEngine | None = PrivateAttr(default=None)
+    _window: WindowReader | None = PrivateAttr(default=None)
 
     def __init__(self, *, engine: InferenceEngine | None = None, **data: Any) -> None:
         """Build the LLM; ``engine`` serves it instead of the shared engine for ``model``."""
@@ -171,15 +178,28 @@ class LlamaCpp(
 
     @property
     def metadata(self) -> LLMMetadata:
-        """Context window (the engine's per-sequence context), output budget and model name."""
-        info = self.engine.info
+        """Context window (the engine's per-sequence context less ``FRAMING_RESERVE``), output
+        budget and model name.
+
+        Read without loading the model: from the engine once it is loaded, before that from
+        the GGUF header and the engine settings (see ``WindowReader``).
+        """
+        if self._window is None:
+            self._window = WindowReader(self.binding, self._engine_settings())
+        window = self._window()
         return LLMMetadata(
-            context_window=info.n_ctx_per_seq,
+            context_window=window.context_window,
             num_output=self.max_tokens or DEFAULT_NUM_OUTPUTS,
             is_chat_model=True,
             is_function_calling_model=True,
-            model_name=info.name or Path(info.path).name,
+            model_name=window.name,
         )
+
+    @property
+    def tokenizer(self) -> ModelTokenizer:
+        """The model's tokenizer as LlamaIndex takes one: ``Settings.tokenizer = llm.tokenizer``
+        makes LlamaIndex count prompt sizes in this model's tokens (getting it loads nothing)."""
+        return ModelTokenizer(self.binding)
 
     # ---- calls ----------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from pydantic import BaseModel, Field
 from llamacpp_integrations.engine import CompletionRequest, Engine, live_engines
 from llamacpp_integrations.errors import InvalidRequestError, OutputTruncatedError
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
+from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
 
 from .helpers import QUESTIONS, wait_for
 
@@ -122,7 +123,8 @@ def assert_usage(response: Any) -> None:
 
 def test_metadata(llm: LlamaCpp, engine: Engine) -> None:
     metadata = llm.metadata
-    assert metadata.context_window == engine.n_ctx_per_seq == 1024
+    # The sequence less what the chat template's framing takes (LlamaIndex does not count it).
+    assert metadata.context_window == engine.n_ctx_per_seq - FRAMING_RESERVE == 1024 - 32
     assert metadata.num_output == 32
     assert metadata.is_chat_model and metadata.is_function_calling_model
     assert metadata.model_name == engine.info.name

@@ -1,0 +1,103 @@
+"""What LlamaIndex sizes prompts with: the model's own tokenizer and its per-sequence window.
+
+LlamaIndex counts tokens with one global tokenizer (``Settings.tokenizer``, tiktoken unless
+set) and packs retrieved text to ``LLMMetadata.context_window``. Counted with another model's
+tokenizer, text can be more tokens than LlamaIndex thinks (digits, code, other languages), and
+a packed prompt then overflows the engine's sequence. ``ModelTokenizer`` counts with the
+model's tokenizer; ``WindowReader`` reads the window without loading the model when it can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..client import EngineBinding
+from ..engine import EngineConfig, ModelInfo
+from ..engine.sizing import estimated_context
+from ..errors import ModelLoadError
+from ..models import load_model_info
+
+__all__ = ["FRAMING_RESERVE", "ModelTokenizer", "ModelWindow", "WindowReader"]
+
+FRAMING_RESERVE = 32
+"""Tokens of a sequence left out of ``metadata.context_window`` for the chat template's framing.
+
+LlamaIndex counts a chat prompt as its texts, role names and 3 tokens a message; the template
+adds more (BOS, start and end markers, the generation prompt, some a default system text or
+dates). Measured on SmolLM2's ChatML template, prompts that LlamaIndex packed to the last token
+came out 8 tokens longer than it counted and overflowed by 3; templates with dates in their
+system header add about 20 more.
+"""
+
+
+class ModelTokenizer:
+    """The model's tokenizer as LlamaIndex takes one: a callable from text to token ids.
+
+    Set it as ``Settings.tokenizer`` (or pass it as the ``tokenizer`` of a ``PromptHelper``,
+    ``SentenceSplitter``, ``TokenTextSplitter``...). Texts are tokenized as content, without
+    the BOS token or the chat template's framing, and special-token text is read as plain text.
+    The first call loads the model if nothing has yet.
+    """
+
+    def __init__(self, binding: EngineBinding) -> None:
+        self._binding = binding
+
+    def __call__(self, text: str) -> list[int]:
+        """Token ids of ``text`` with the model's own tokenizer."""
+        return self._binding.get().tokenize(text)
+
+    def __repr__(self) -> str:
+        return f"ModelTokenizer(model={self._binding.model!r})"
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    """How many tokens one request gets (prompt plus answer), and the model's name."""
+
+    n_ctx_per_seq: int
+    name: str
+
+    @property
+    def context_window(self) -> int:
+        """What LlamaIndex may fill: the sequence less ``FRAMING_RESERVE``."""
+        return max(self.n_ctx_per_seq - FRAMING_RESERVE, 1)
+
+    @classmethod
+    def of(cls, info: ModelInfo) -> ModelWindow:
+        """The window a loaded engine reports."""
+        return cls(info.n_ctx_per_seq, info.name or Path(info.path).name)
+
+
+class WindowReader:
+    """Reads the window of the engine one binding serves, loading nothing when it can.
+
+    A loaded engine reports its own. Before that, the GGUF header and the settings give the
+    context the engine would choose now (``engine.sizing.estimated_context``: the training
+    context, fitted to the free memory); that answer is kept, since LlamaIndex reads
+    ``metadata`` often and a header read takes tens of milliseconds. Only a model not on disk
+    yet (an ``hf://`` file not in the cache) is loaded, downloading it, as its header is not
+    there to read.
+    """
+
+    def __init__(self, binding: EngineBinding, settings: Mapping[str, Any]) -> None:
+        self._binding = binding
+        self._settings = dict(settings)
+        self._from_header: ModelWindow | None = None
+
+    def __call__(self) -> ModelWindow:
+        """The window one request of this binding's engine gets."""
+        engine = self._binding.loaded()
+        if engine is not None:
+            return ModelWindow.of(engine.info)
+        if self._from_header is None:
+            try:
+                header = load_model_info(self._binding.model, download=False)
+            except ModelLoadError:
+                return ModelWindow.of(self._binding.get().info)
+            config = EngineConfig(**self._settings)
+            context = estimated_context(config, header).n_ctx_per_seq
+            self._from_header = ModelWindow(context, header.name or header.path.name)
+        return self._from_header
