@@ -57,7 +57,11 @@ def shared_engine(config: EngineConfig | None = None, /, **overrides: Any) -> In
     and callers asking for this one wait for the same load instead of starting another.
     """
     config = replace(config or EngineConfig(), **overrides)
-    key = config.resolved()
+    return _shared(config.resolved())
+
+
+def _shared(key: EngineConfig) -> InferenceEngine:
+    """``shared_engine`` for a resolved configuration."""
     with _LOCK:
         engine = _live(key)
         if engine is not None:
@@ -131,6 +135,7 @@ class EngineHold:
                     _TIMERS[key] = timer
                     timer.start()
                 return
+            del _ENGINES[key]  # from here no one can take it; see hold_engine
         engine.close()
 
 
@@ -138,14 +143,19 @@ def hold_engine(model: str | None, settings: Mapping[str, Any] | None = None) ->
     """A hold on the shared engine for ``model`` with these ``EngineConfig`` settings,
     loading it if needed (unknown setting names raise ``TypeError``)."""
     key = EngineConfig(model=model, **dict(settings or {})).resolved()
-    engine = shared_engine(key)
-    with _LOCK:
-        _HOLDS[key] = _HOLDS.get(key, 0) + 1
-        timer = _TIMERS.pop(key, None)
-        _KEPT.pop(key, None)
-    if timer is not None:
-        timer.cancel()
-    return EngineHold(key, engine)
+    while True:
+        engine = _shared(key)
+        with _LOCK:
+            # An engine being unloaded leaves the registry before it closes (under this
+            # lock): then take a fresh one instead.
+            if _ENGINES.get(key) is not engine:
+                continue
+            _HOLDS[key] = _HOLDS.get(key, 0) + 1
+            timer = _TIMERS.pop(key, None)
+            _KEPT.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        return EngineHold(key, engine)
 
 
 def _expire(key: EngineConfig, engine: InferenceEngine) -> None:
@@ -154,6 +164,8 @@ def _expire(key: EngineConfig, engine: InferenceEngine) -> None:
             return  # taken again, or already unloaded
         del _KEPT[key]
         _TIMERS.pop(key, None)
+        if _ENGINES.get(key) is engine:
+            del _ENGINES[key]
     engine.close()
 
 
@@ -161,6 +173,9 @@ def unload_kept_engines() -> int:
     """Close the engines kept alive after their last adapter let go; how many there were."""
     with _LOCK:
         kept = list(_KEPT.values())
+        for key, engine in _KEPT.items():
+            if _ENGINES.get(key) is engine:
+                del _ENGINES[key]
         _KEPT.clear()
         timers = list(_TIMERS.values())
         _TIMERS.clear()
