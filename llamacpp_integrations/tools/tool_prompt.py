@@ -163,12 +163,13 @@ def _images_of(content: Any) -> list[Mapping[str, Any]]:
     return [part for part in content if isinstance(part, Mapping) and part.get("type") == "image"]
 
 
-def _names_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def _calls_by_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, Any]]:
+    """The name and arguments of every assistant call, by its id."""
     return {
-        call_id: name
+        call_id: (name, arguments)
         for message in messages
         if message.get("role") == "assistant"
-        for call_id, name, _ in calls_of(message)
+        for call_id, name, arguments in calls_of(message)
         if call_id is not None
     }
 
@@ -179,7 +180,7 @@ def native_history(
     """Messages in the shape tool-aware templates index into (OpenAI style, arguments as
     objects, tool results named); Mistral templates also get their nine-character ids."""
     remap = _mistral_id if syntax in (MISTRAL, MISTRAL_ARGS) else (lambda call_id: call_id)
-    names = _names_by_call_id(messages)
+    calls = _calls_by_id(messages)
     out: list[dict[str, Any]] = []
     for message in messages:
         item = dict(message)
@@ -195,7 +196,8 @@ def native_history(
             ]
         if message.get("role") == "tool":
             call_id = message.get("tool_call_id")
-            item.setdefault("name", names.get(call_id or "", ""))
+            call = calls.get(call_id or "")
+            item.setdefault("name", call[0] if call else "")
             if call_id is not None:
                 item["tool_call_id"] = remap(call_id)
         out.append(item)
@@ -218,8 +220,7 @@ def fallback_history(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     the assistant's text, results become user turns (merged with the user turns around them),
     each naming the call it answers; results that end the conversation are followed by
     ``NEXT_STEP``."""
-    names = _names_by_call_id(messages)
-    arguments = _arguments_by_call_id(messages)
+    answered = _calls_by_id(messages)
     out: list[dict[str, Any]] = []
     merge_next = False
     for message in messages:
@@ -234,11 +235,12 @@ def fallback_history(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
             merge_next = False
         elif role == "tool":
             call_id = message.get("tool_call_id") or ""
-            name = message.get("name") or names.get(call_id, "tool")
+            call = answered.get(call_id)
             content = message.get("content")
+            name = message.get("name") or (call[0] if call else "tool")
             result: dict[str, Any] = {"name": name}
-            if call_id in arguments:
-                result["arguments"] = arguments[call_id]
+            if call is not None:
+                result["arguments"] = call[1]
             result["content"] = _text_of(content)
             text = f"<tool_response>\n{json.dumps(result, ensure_ascii=False)}\n</tool_response>"
             merge = bool(out) and out[-1]["role"] == "user"
@@ -253,16 +255,6 @@ def fallback_history(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     if messages and messages[-1].get("role") == "tool":
         _append_user(out, NEXT_STEP, merge=True)
     return out
-
-
-def _arguments_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    return {
-        call_id: call_arguments
-        for message in messages
-        if message.get("role") == "assistant"
-        for call_id, _, call_arguments in calls_of(message)
-        if call_id is not None
-    }
 
 
 def _append_user(
