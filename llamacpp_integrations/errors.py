@@ -13,6 +13,8 @@ The tree::
     │   ├── ImageInputNotSupportedError an image given to a model without an image projector
     │   └── ImageLoadError              an image input refused or unreadable; ``reason`` says why
     ├── EngineOverloadedError           the admission queue stayed full
+    ├── ServerUnavailableError          a remote server refused, failed (5xx) or is still loading
+    ├── UntestedServerError             a remote server build this package was not tested against
     ├── EngineClosedError               the engine was closed (or its worker died)
     ├── RequestCancelledError           the request was cancelled before it finished
     ├── RequestTimeoutError (TimeoutError)  the request ran past its own timeout
@@ -44,9 +46,11 @@ __all__ = [
     "RequestCancelledError",
     "RequestTimeoutError",
     "SchemaNotSupportedError",
+    "ServerUnavailableError",
     "ToolCallParseError",
     "UnknownOptionError",
     "UnsupportedContentError",
+    "UntestedServerError",
 ]
 
 
@@ -158,6 +162,29 @@ class ImageLoadError(InvalidRequestError):
 
 class EngineOverloadedError(LlamaCppIntegrationError):
     """The admission queue was full for as long as the caller was willing to wait."""
+
+
+class ServerUnavailableError(LlamaCppIntegrationError):
+    """A remote server could not take the request: the connection failed, it answered 5xx, or
+    it is still loading its model (503). ``url`` names the server; ``retryable`` is true when
+    nothing was generated, so another server may take the request."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        retryable: bool = True,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(f"{url}: {message}", request_id=request_id)
+        self.url = url
+        self.retryable = retryable
+
+
+class UntestedServerError(LlamaCppIntegrationError):
+    """A remote server runs a build this package was not tested against (its ``/props``
+    ``build_info`` is named); pass ``allow_untested_build=True`` to use it anyway."""
 
 
 class EngineClosedError(LlamaCppIntegrationError):
