@@ -1,4 +1,4 @@
-"""The ``llamacpp-integrations`` command: ``demo``, ``chat``, ``info`` and ``fetch``."""
+"""The ``llamacpp-integrations`` command: ``demo``, ``chat``, ``info``, ``fetch`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -90,6 +90,63 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from .engine import shared_engine
+    from .server import serve
+
+    config = EngineConfig(
+        model=args.model,
+        mmproj=args.mmproj,
+        n_seq_max=args.slots,
+        n_ctx_per_seq=args.ctx,
+        n_threads=args.threads,
+        max_queued=args.max_queued,
+    )
+    policy = ImagePolicy(
+        allow_remote=args.allow_image_urls,
+        allowed_dirs=tuple(Path(d).expanduser().resolve() for d in args.image_dir),
+    )
+    engine = shared_engine(config)
+    print(f"serving {engine.info.path} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    serve(
+        engine,
+        host=args.host,
+        port=args.port,
+        grace_period=args.grace_period,
+        api_key=args.api_key or os.environ.get("LLAMACPP_INTEGRATIONS_API_KEY") or None,
+        max_body_bytes=args.max_body_bytes,
+        image_policy=policy,
+        cors_origins=args.cors_origin or None,
+        model_name=args.model_name,
+        request_timeout=args.request_timeout,
+    )
+    return 0
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP server")
+    serve.add_argument("model", nargs="?", default=None, help="path, short name or hf:// reference")
+    add = serve.add_argument
+    add("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    add("--port", type=int, default=8000)
+    add(
+        "--api-key", default=None, help="require this bearer key (or LLAMACPP_INTEGRATIONS_API_KEY)"
+    )
+    add("--slots", type=int, default=8, help="sequences decoded together (n_seq_max)")
+    add("--ctx", type=int, default=None, help="context per sequence (default: sized to memory)")
+    add("--threads", type=int, default=None, help="CPU threads (default: every core)")
+    add("--max-queued", type=int, default=256, help="requests waiting before 429s")
+    add("--mmproj", default=None, help="image projector GGUF, or 'auto'")
+    add("--model-name", default=None, help="the model's id in /v1/models")
+    add("--request-timeout", type=float, default=None, help="seconds per generation (504)")
+    add("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    add("--allow-image-urls", action="store_true", help="fetch http(s) image URLs")
+    add("--image-dir", action="append", default=[], help="a folder local images may come from")
+    add("--cors-origin", action="append", default=[], help="a browser origin allowed (CORS)")
+    add("--grace-period", type=int, default=10, help="seconds in-flight requests get to finish")
+    serve.set_defaults(handler=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llamacpp-integrations", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("names", nargs="+", choices=sorted(KNOWN_MODELS))
     fetch.add_argument("--quiet", action="store_true")
     fetch.set_defaults(handler=_fetch)
+    _add_serve(commands)
     return parser
 
 

@@ -1,0 +1,106 @@
+"""The ASGI application: ``create_app`` puts the endpoints, metrics and gatekeepers together.
+
+It is written against ``InferenceEngine`` only, so it serves the local engine, a remote one,
+or a fake in tests. Security is off until asked for, except the body limit: no API key, no
+CORS, and image URLs refused (in-memory ``data:`` images only) unless ``image_policy`` allows
+them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
+
+from ..engine import InferenceEngine
+from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
+from .routes import Endpoints, ServerSettings
+from .security import ApiKeyMiddleware, BodyLimitMiddleware
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "default_model_name"]
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Room for an image or two as base64 (an image may be 20 MiB encoded, a third more in base64)."""
+
+
+def default_model_name(engine: InferenceEngine) -> str:
+    """The id the model is listed under: its file name without ``.gguf``."""
+    return Path(engine.info.path).name.removesuffix(".gguf")
+
+
+def create_app(
+    engine: InferenceEngine,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    image_policy: ImagePolicy = DEFAULT_IMAGE_POLICY,
+    cors_origins: Sequence[str] | None = None,
+    model_name: str | None = None,
+    request_timeout: float | None = None,
+    close_engine: bool = False,
+) -> Starlette:
+    """An OpenAI-compatible ASGI app serving ``engine``.
+
+    Args:
+        engine: The engine that answers (any ``InferenceEngine``).
+        api_key: Require ``Authorization: Bearer <api_key>`` on every endpoint but
+            ``/health`` (``None``: no key).
+        max_body_bytes: Largest request body accepted (413 above it).
+        image_policy: Which image sources ``image_url`` parts may use; the default reads
+            ``data:`` URIs only, no URLs and no local files.
+        cors_origins: Origins allowed to call from a browser (``None``: CORS off).
+        model_name: The model's id in ``/v1/models`` (default: the file name).
+        request_timeout: Seconds a generation may take before it fails with 504.
+        close_engine: Close the engine when the app shuts down (the CLI's server owns its
+            engine; an app given a shared engine leaves it open).
+
+    Returns:
+        A Starlette application; run it with any ASGI server (``serve`` uses uvicorn).
+    """
+    endpoints = Endpoints(
+        engine,
+        ServerSettings(
+            model_name=model_name or default_model_name(engine),
+            image_policy=image_policy,
+            request_timeout=request_timeout,
+        ),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if close_engine:
+            engine.close()  # in-flight requests were finished or cancelled by now
+
+    routes = [
+        Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
+        Route("/v1/completions", endpoints.completions, methods=["POST"]),
+        Route("/v1/embeddings", endpoints.embeddings, methods=["POST"]),
+        Route("/v1/models", endpoints.models, methods=["GET"]),
+        Route("/v1/models/{model:path}", endpoints.model, methods=["GET"]),
+        Route("/health", endpoints.health, methods=["GET"]),
+        Route("/metrics", endpoints.prometheus, methods=["GET"]),
+    ]
+    # Outermost first: CORS answers preflights (and marks refusals), then the key, then the
+    # body limit, so a stranger's body is never read.
+    middleware = []
+    if cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+    if api_key:
+        middleware.append(Middleware(ApiKeyMiddleware, api_key=api_key))
+    middleware.append(Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.endpoints = endpoints
+    return app

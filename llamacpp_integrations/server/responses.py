@@ -1,0 +1,199 @@
+"""Engine answers to OpenAI response bodies: whole answers, stream chunks, embeddings.
+
+The shapes are OpenAI's (``chat.completion``, ``chat.completion.chunk``, ``text_completion``,
+``list`` of ``embedding``); a reasoning model's thinking goes in ``reasoning_content`` beside
+``content``, as llama-server and DeepSeek's API put it.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..client import CallResult
+from ..engine import TokenLogprob, Usage
+from ..tools import ToolCallDelta, ToolStreamChunk
+
+__all__ = [
+    "ResponseIds",
+    "chat_chunk",
+    "chat_response",
+    "completion_chunk",
+    "completion_response",
+    "embedding_response",
+    "finish_reason",
+    "logprob_content",
+    "usage_body",
+]
+
+_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+
+
+class ResponseIds:
+    """The id, creation time and model name every body of one response repeats."""
+
+    def __init__(self, prefix: str, request_id: str, model: str) -> None:
+        self.id = f"{prefix}-{request_id.removeprefix('req-')}"
+        self.created = int(time.time())
+        self.model = model
+
+    def head(self, object: str) -> dict[str, Any]:
+        return {"id": self.id, "object": object, "created": self.created, "model": self.model}
+
+
+def finish_reason(reason: str | None) -> str | None:
+    """OpenAI's finish reason for ours (a cancelled or failed request never gets here)."""
+    return None if reason is None else _FINISH.get(reason, "stop")
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    """``usage`` with OpenAI's details (cached prompt tokens, reasoning tokens)."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def logprob_content(entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    """Chat ``logprobs.content``: each token, its log-probability, bytes and top tokens."""
+    return [
+        {
+            "token": e.token,
+            "logprob": e.logprob,
+            "bytes": list(e.bytes),
+            "top_logprobs": [
+                {"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)} for t in e.top
+            ],
+        }
+        for e in entries
+    ]
+
+
+def _legacy_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
+    """Legacy completions' ``logprobs``: parallel lists, top tokens as ``{token: logprob}``."""
+    offsets = []
+    for e in entries:
+        offsets.append(offset)
+        offset += len(e.token)
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{t.token: t.logprob for t in e.top} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def chat_response(ids: ResponseIds, result: CallResult, logprobs: bool) -> dict[str, Any]:
+    """A whole chat answer."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": result.content if result.content or not result.tool_calls else None,
+    }
+    if result.tool_calls:
+        message["tool_calls"] = [call.to_openai() for call in result.tool_calls]
+    if result.reasoning:
+        message["reasoning_content"] = result.reasoning
+    completion = result.completion
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": message,
+        "logprobs": ({"content": logprob_content(completion.logprobs or ())} if logprobs else None),
+        "finish_reason": finish_reason(result.finish_reason),
+    }
+    return ids.head("chat.completion") | {
+        "choices": [choice],
+        "usage": usage_body(completion.usage),
+        "system_fingerprint": None,
+    }
+
+
+def _delta_call(delta: ToolCallDelta) -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": delta.arguments}
+    out: dict[str, Any] = {"index": delta.index, "function": function}
+    if delta.id is not None:
+        out |= {"id": delta.id, "type": "function"}
+    if delta.name is not None:
+        function["name"] = delta.name
+    return out
+
+
+def chat_chunk(
+    ids: ResponseIds, piece: ToolStreamChunk | None, logprobs: bool, *, first: bool = False
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk``: the role first, then text, reasoning and call deltas;
+    the piece with a finish reason carries it (usage goes in a chunk of its own)."""
+    delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    if piece is not None:
+        if piece.text:
+            delta["content"] = piece.text
+        if piece.reasoning:
+            delta["reasoning_content"] = piece.reasoning
+        if piece.tool_call_deltas:
+            delta["tool_calls"] = [_delta_call(d) for d in piece.tool_call_deltas]
+        if logprobs and piece.logprobs:
+            choice["logprobs"] = {"content": logprob_content(piece.logprobs)}
+        if piece.finish_reason is not None:
+            reason = "length" if piece.invalid_calls else piece.finish_reason
+            reason = "tool_calls" if piece.tool_calls and reason == "stop" else reason
+            choice["finish_reason"] = finish_reason(reason)
+    return ids.head("chat.completion.chunk") | {"choices": [choice], "system_fingerprint": None}
+
+
+def usage_chunk(ids: ResponseIds, usage: Usage, object: str) -> dict[str, Any]:
+    """The last chunk of a stream asked for ``include_usage``: no choices, the usage."""
+    return ids.head(object) | {"choices": [], "usage": usage_body(usage)}
+
+
+def completion_response(ids: ResponseIds, result: CallResult, logprobs: bool) -> dict[str, Any]:
+    """A whole legacy completion."""
+    completion = result.completion
+    choice = {
+        "index": 0,
+        "text": result.content,
+        "logprobs": _legacy_logprobs(completion.logprobs or (), 0) if logprobs else None,
+        "finish_reason": finish_reason(completion.finish_reason),
+    }
+    return ids.head("text_completion") | {
+        "choices": [choice],
+        "usage": usage_body(completion.usage),
+    }
+
+
+def completion_chunk(
+    ids: ResponseIds, piece: ToolStreamChunk, logprobs: bool, offset: int
+) -> dict[str, Any]:
+    """One streamed legacy completion chunk (``offset``: characters sent before it)."""
+    choice = {
+        "index": 0,
+        "text": piece.text,
+        "logprobs": _legacy_logprobs(piece.logprobs, offset) if logprobs else None,
+        "finish_reason": finish_reason(piece.finish_reason),
+    }
+    return ids.head("text_completion") | {"choices": [choice]}
+
+
+def embedding_response(
+    vectors: Sequence[Sequence[float]], model: str, encoding: str, prompt_tokens: int
+) -> dict[str, Any]:
+    """Embeddings, as floats or as base64 of little-endian float32 (what the ``openai``
+    client asks for by default)."""
+    data = []
+    for index, vector in enumerate(vectors):
+        value: list[float] | str = list(vector)
+        if encoding == "base64":
+            packed = struct.pack(f"<{len(vector)}f", *vector)
+            value = base64.b64encode(packed).decode("ascii")
+        data.append({"object": "embedding", "index": index, "embedding": value})
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }

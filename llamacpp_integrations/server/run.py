@@ -1,0 +1,41 @@
+"""Serving the app with uvicorn, with a graceful shutdown.
+
+On SIGINT or SIGTERM uvicorn stops accepting connections and waits up to ``grace_period``
+seconds for in-flight requests to finish; then it cancels the rest, which cancels their engine
+requests (their sequences are freed at the next step), and the engine is closed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine import InferenceEngine
+from .app import create_app
+
+__all__ = ["serve"]
+
+
+def serve(
+    engine: InferenceEngine,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    grace_period: int = 10,
+    log_level: str = "info",
+    **app_options: Any,
+) -> None:
+    """Serve ``engine`` until interrupted (see ``create_app`` for ``app_options``); the
+    engine is closed when the server stops."""
+    import uvicorn
+
+    app = create_app(engine, close_engine=True, **app_options)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=grace_period,
+        # One loop, one engine: more workers would load the weights once per process.
+        workers=1,
+    )
+    uvicorn.Server(config).run()

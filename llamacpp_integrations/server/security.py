@@ -1,0 +1,97 @@
+"""The server's gatekeepers, as plain ASGI middleware: a bearer key and a body size limit.
+
+Both answer in OpenAI's error shape before a handler runs. The key is compared in constant
+time (``hmac.compare_digest``), so response timing says nothing about how much of a guess was
+right. ``GET /health`` stays open, for load balancers and orchestrators.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ApiError
+
+__all__ = ["ApiKeyMiddleware", "BodyLimitMiddleware", "send_error"]
+
+OPEN_PATHS = frozenset({"/health"})
+
+
+async def send_error(send: Send, error: ApiError) -> None:
+    """Answer with ``error`` as a whole JSON response."""
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ApiKeyMiddleware:
+    """Refuse (401) requests whose ``Authorization: Bearer`` key is not ``api_key``."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self._key = api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = token.strip()
+        if not hmac.compare_digest(given, self._key):
+            error = ApiError(
+                401,
+                "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                "authentication_error",
+                "invalid_api_key",
+                headers=(("WWW-Authenticate", "Bearer"),),
+            )
+            await send_error(send, error)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Refuse (413) request bodies over ``max_bytes``, whether they declare their length or
+    are sent in chunks."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            413,
+            f"request body is over the server's limit of {self.max_bytes} bytes",
+            "invalid_request_error",
+            "request_too_large",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await send_error(send, self._too_large())
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message: dict[str, Any] = dict(await receive())
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise self._too_large()
+            return message
+
+        await self.app(scope, limited, send)

@@ -1,0 +1,106 @@
+"""Server-sent events, and watching for a client that went away.
+
+A stream's events come from an async generator over the engine; ``EventStream`` sends them as
+SSE while it listens for ``http.disconnect``. When the client drops, the generator is closed
+at once, which cancels the engine request: the engine stops it at its next step and frees its
+sequence. ``until_disconnect`` does the same for a whole (non-streamed) answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from .errors import ApiError
+
+__all__ = ["ClientGone", "EventStream", "sse", "until_disconnect"]
+
+T = TypeVar("T")
+
+DONE = b"data: [DONE]\n\n"
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its answer was sent."""
+
+
+def sse(body: dict[str, Any]) -> bytes:
+    """One server-sent event carrying ``body`` as JSON."""
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _disconnected(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result; if the client disconnects first, ``work`` is cancelled (cancelling
+    its engine request) and ``ClientGone`` raised."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
+class EventStream(Response):
+    """An SSE response of ``events`` (bytes, each a whole event). An error raised by the
+    generator after the stream began (an ``ApiError``) is sent as an error event, then
+    ``[DONE]``. ``on_close`` is called at the end with whether the client went away."""
+
+    def __init__(
+        self,
+        events: AsyncGenerator[bytes, None],
+        on_close: Callable[[bool], None] | None = None,
+    ) -> None:
+        super().__init__(media_type="text/event-stream")
+        self.events = events
+        self.on_close = on_close
+        self.client_gone = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        watch = asyncio.ensure_future(_disconnected(receive))
+        pump = asyncio.ensure_future(self._pump(send, headers))
+        try:
+            await asyncio.wait((pump, watch), return_when=asyncio.FIRST_COMPLETED)
+            if not pump.done():  # the client left: stop the engine request now
+                self.client_gone = True
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+            elif pump.exception() is not None and not isinstance(pump.exception(), OSError):
+                raise pump.exception()  # type: ignore[misc]
+        finally:
+            watch.cancel()
+            await self.events.aclose()
+            if self.on_close is not None:
+                self.on_close(self.client_gone)
+
+    async def _pump(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        try:
+            async for event in self.events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+        except ApiError as error:
+            await send({"type": "http.response.body", "body": error.sse(), "more_body": True})
+        await send({"type": "http.response.body", "body": DONE, "more_body": False})
