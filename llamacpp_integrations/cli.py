@@ -119,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
         cors_origins=args.cors_origin or None,
         model_name=args.model_name,
         request_timeout=args.request_timeout,
+        log_level=args.log_level,
     )
     return 0
 
@@ -144,6 +145,7 @@ def _add_serve(commands: Any) -> None:
     add("--image-dir", action="append", default=[], help="a folder local images may come from")
     add("--cors-origin", action="append", default=[], help="a browser origin allowed (CORS)")
     add("--grace-period", type=int, default=10, help="seconds in-flight requests get to finish")
+    add("--log-level", default="info", help="uvicorn's log level ('warning': no access log)")
     serve.set_defaults(handler=_serve)
 
 
