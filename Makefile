@@ -110,3 +110,13 @@ bench-server: models $(LLAMA_SERVER)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
+
+# The OpenAI-compatible server on the demo model (http://127.0.0.1:8000/v1; Ctrl-C stops it).
+.PHONY: serve bench-serve
+SERVE_MODEL ?= smollm2-135m
+serve: models
+	$(BIN)/llamacpp-integrations serve $(SERVE_MODEL)
+
+# Tail latency of our server against llama-server and llama-cpp-python's server (a few minutes).
+bench-serve: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json

@@ -21,13 +21,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
-def running_server(engine: InferenceEngine, **options: Any) -> Iterator[str]:
-    """The base URL (``http://127.0.0.1:PORT``) of a server over ``engine``, stopped after."""
+def start_server(
+    engine: InferenceEngine, grace_period: int = 5, **options: Any
+) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """A server over ``engine`` running on a thread: its base URL, the server, the thread."""
     port = free_port()
     app = create_app(engine, **options)
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=grace_period,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -37,8 +42,15 @@ def running_server(engine: InferenceEngine, **options: Any) -> Iterator[str]:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the server did not start")
         time.sleep(0.02)
+    return f"http://127.0.0.1:{port}", server, thread
+
+
+@contextmanager
+def running_server(engine: InferenceEngine, **options: Any) -> Iterator[str]:
+    """The base URL (``http://127.0.0.1:PORT``) of a server over ``engine``, stopped after."""
+    url, server, thread = start_server(engine, **options)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -41,6 +41,7 @@ PURE_MODULES = [
     "llamacpp_integrations.models",
     "llamacpp_integrations.langchain",
     "llamacpp_integrations.llama_index",
+    "llamacpp_integrations.server",
 ]
 
 

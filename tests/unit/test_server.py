@@ -1,0 +1,260 @@
+"""The server's pure parts: error mapping, request translation, response shapes, metrics, the
+gatekeepers, and the completions and embeddings routes over a scripted engine."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from starlette.testclient import TestClient
+
+from llamacpp_integrations.engine import (
+    Completion,
+    GenerationRequest,
+    ModelInfo,
+    StreamChunk,
+    Timings,
+    Usage,
+)
+from llamacpp_integrations.errors import (
+    ContextOverflowError,
+    EngineOverloadedError,
+    ImageLoadError,
+    InvalidRequestError,
+    LlamaCppIntegrationError,
+    RequestTimeoutError,
+)
+from llamacpp_integrations.server import ERROR_TABLE, ApiError, create_app
+from llamacpp_integrations.server.errors import api_error_of
+from llamacpp_integrations.server.metrics import Histogram, ServerMetrics
+from llamacpp_integrations.server.requests import chat_options, messages_reader
+from llamacpp_integrations.server.schemas import ChatCompletionBody
+
+INFO = ModelInfo(
+    path="/models/tiny.gguf",
+    name="tiny",
+    architecture="llama",
+    description="",
+    n_ctx_train=512,
+    n_ctx_per_seq=256,
+    n_embd=3,
+    n_vocab=100,
+    n_params=1,
+    size_bytes=1,
+    chat_template=None,
+)
+TIMINGS = Timings(0.0, 0.01, 0.05, 0.01, 0.04)
+
+
+@dataclass
+class ScriptedEngine:
+    """Answers every prompt with ``words``; ``refuse`` raises it at submission."""
+
+    words: Sequence[str] = ("Hello", " there")
+    refuse: BaseException | None = None
+    requests: list[GenerationRequest] = field(default_factory=list)
+    closed: bool = False
+    info: ModelInfo = INFO
+    media_marker: str | None = None
+
+    def close(self) -> None:
+        self.closed = True
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        return list(range(len(text.split())))
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return " ".join(str(t) for t in tokens)
+
+    def _usage(self) -> Usage:
+        return Usage(prompt_tokens=4, completion_tokens=len(self.words))
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        self.requests.append(request)
+        if self.refuse is not None:
+            raise self.refuse
+        ids = tuple(range(len(self.words)))
+        return Completion(
+            request.request_id, "".join(self.words), ids, "stop", self._usage(), TIMINGS
+        )
+
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        self.requests.append(request)
+        if self.refuse is not None:
+            raise self.refuse
+        for i, word in enumerate(self.words):
+            last = i == len(self.words) - 1
+            yield StreamChunk(
+                request.request_id,
+                word,
+                (i,),
+                finish_reason="stop" if last else None,
+                usage=self._usage() if last else None,
+            )
+
+    async def aembed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        return [[1.0, 0.5, float(len(t))] for t in texts]
+
+
+def test_every_error_row_is_reachable_and_statuses_are_right() -> None:
+    for row in ERROR_TABLE:  # no row is shadowed by an earlier, broader one
+        first = next(r for r in ERROR_TABLE if issubclass(row.error, r.error))
+        assert first is row, row
+    assert api_error_of(InvalidRequestError("x")).status == 400
+    overflow = api_error_of(ContextOverflowError("x", n_prompt_tokens=9, n_ctx=8))
+    assert (overflow.status, overflow.code) == (400, "context_length_exceeded")
+    overloaded = api_error_of(EngineOverloadedError("full"))
+    assert overloaded.status == 429 and ("Retry-After", "1") in overloaded.headers
+    assert api_error_of(RequestTimeoutError("late")).status == 504
+    assert api_error_of(ImageLoadError("no", reason="remote-disabled")).code == (
+        "image_load_failed:remote-disabled"
+    )
+    assert api_error_of(LlamaCppIntegrationError("?")).status == 500
+    unknown = api_error_of(KeyError("secret internals"))
+    assert unknown.status == 500 and "secret" not in unknown.message
+
+
+def test_chat_options_read_openai_fields() -> None:
+    body = ChatCompletionBody.model_validate(
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 0,
+            "seed": 3,
+            "stop": "END",
+            "max_completion_tokens": 7,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "logit_bias": {"5": -100},
+            "response_format": {"type": "json_object"},
+        }
+    )
+    options = chat_options(body, timeout=9.0)
+    assert options.sampling.temperature == 0 and options.sampling.seed == 3
+    assert options.sampling.logit_bias == {5: -100}
+    assert options.stop == ("END",) and options.max_tokens == 7 and options.timeout == 9.0
+    assert options.logprobs == 2 and options.response_format is not None
+    with pytest.raises(ApiError, match="n=1"):
+        chat_options(body.model_copy(update={"n": 3}), timeout=None)
+    with pytest.raises(ApiError, match="tool_choice needs tools"):
+        chat_options(body.model_copy(update={"tool_choice": "required"}), timeout=None)
+
+
+def test_messages_translate_with_calls_parsed_and_images_refused_without_a_reader() -> None:
+    messages = [
+        {
+            "role": "developer",
+            "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    out = messages_reader(messages)(None)
+    assert out[0] == {"role": "system", "content": "Be brief."}
+    assert out[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert out[2] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]
+    with pytest.raises(InvalidRequestError, match="no image projector"):
+        messages_reader(image)(None)
+    seen: list[str] = []
+    messages_reader(image)(lambda url: seen.append(url))  # type: ignore[arg-type,func-returns-value]
+    assert seen == ["data:,"]
+
+
+def test_histograms_are_cumulative_and_metrics_render() -> None:
+    histogram = Histogram((0.1, 1.0))
+    for value in (0.05, 0.5, 5.0):
+        histogram.observe(value)
+    assert histogram.lines("h")[:3] == [
+        'h_bucket{le="0.1"} 1',
+        'h_bucket{le="1.0"} 2',
+        'h_bucket{le="+Inf"} 3',
+    ]
+    metrics = ServerMetrics()
+    metrics.finished("/v1/x", "ok")
+    text = metrics.render(None)
+    assert 'llamacpp_requests_total{endpoint="/v1/x",outcome="ok"} 1' in text
+    assert "llamacpp_queue_depth" not in text  # no engine stats, no engine gauges
+
+
+def _client(engine: ScriptedEngine, **options: object) -> TestClient:
+    return TestClient(create_app(engine, **options))  # type: ignore[arg-type]
+
+
+def test_completions_whole_and_streamed() -> None:
+    engine = ScriptedEngine()
+    with _client(engine) as client:
+        whole = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4}).json()
+        assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "Hello there"
+        assert whole["usage"]["total_tokens"] == 6 and whole["model"] == "tiny"
+        body = {"prompt": "Hi", "stream": True, "stream_options": {"include_usage": True}}
+        lines = client.post("/v1/completions", json=body).text.split("\n\n")
+        events = [line.removeprefix("data: ") for line in lines if line]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "Hello there"
+        assert chunks[-1]["usage"]["completion_tokens"] == 2 and not chunks[-1]["choices"]
+        assert engine.requests[0].max_tokens == 4
+
+
+def test_a_refused_request_keeps_its_status_streamed_or_not() -> None:
+    engine = ScriptedEngine(refuse=EngineOverloadedError("queue full"))
+    with _client(engine) as client:
+        for stream in (False, True):
+            answer = client.post("/v1/completions", json={"prompt": "Hi", "stream": stream})
+            assert answer.status_code == 429 and answer.headers["retry-after"] == "1"
+            assert answer.json()["error"]["type"] == "rate_limit_error"
+        metrics = client.get("/metrics").text
+        assert 'outcome="overloaded"} 2' in metrics
+
+
+def test_embeddings_as_floats_and_base64() -> None:
+    with _client(ScriptedEngine()) as client:
+        floats = client.post("/v1/embeddings", json={"input": ["a b", "c"]}).json()
+        assert [d["embedding"] for d in floats["data"]] == [[1.0, 0.5, 3.0], [1.0, 0.5, 1.0]]
+        packed = client.post(
+            "/v1/embeddings", json={"input": "a b", "encoding_format": "base64"}
+        ).json()
+        raw = base64.b64decode(packed["data"][0]["embedding"])
+        assert struct.unpack("<3f", raw) == (1.0, 0.5, 3.0)
+        refused = client.post("/v1/embeddings", json={"input": "x", "dimensions": 2})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "dimensions"
+
+
+def test_the_key_the_body_limit_and_cors() -> None:
+    with _client(
+        ScriptedEngine(), api_key="k", max_body_bytes=100, cors_origins=["http://app"]
+    ) as client:
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.get("/v1/models").status_code == 401
+        assert client.get("/v1/models", headers={"Authorization": "Bearer k"}).status_code == 200
+        big = client.post(
+            "/v1/completions", headers={"Authorization": "Bearer k"}, json={"prompt": "x" * 200}
+        )
+        assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+        preflight = client.options(
+            "/v1/completions",
+            headers={"Origin": "http://app", "Access-Control-Request-Method": "POST"},
+        )
+        assert preflight.headers["access-control-allow-origin"] == "http://app"
+    with _client(ScriptedEngine()) as client:  # CORS off by default
+        answer = client.get("/v1/models", headers={"Origin": "http://app"})
+        assert "access-control-allow-origin" not in answer.headers
