@@ -301,7 +301,8 @@ def main() -> None:
     lcp = Server(
         "llama-cpp-python",
         [python, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-         "--port", str(lcp_port), "--n_threads", str(threads), "--n_ctx", str(args.ctx)],
+         "--port", str(lcp_port), "--n_threads", str(threads), "--n_ctx", str(args.ctx),
+         "--interrupt_requests", "False"],
         lcp_port,
         no_eos,
     )  # fmt: skip
