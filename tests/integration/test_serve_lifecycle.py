@@ -31,7 +31,8 @@ def _stream_in_thread(url: str, body: dict[str, object]) -> tuple[threading.Thre
         try:
             with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
                 for line in r.iter_lines():
-                    lines.append(line)
+                    if line:  # events are separated by blank lines
+                        lines.append(line)
                     started.set()
         except httpx.HTTPError as error:
             lines.append(f"closed: {type(error).__name__}")
