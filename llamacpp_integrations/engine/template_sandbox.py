@@ -9,9 +9,11 @@ end, quickly and in bounded memory, whatever it does:
   checked against ``MAX_CHARS``, and an operation whose result would be larger is refused
   before it allocates where that can be known in advance (``'a' * n``, ``'a'.center(n)``);
 - the rendered output is counted as it is produced and stops at ``MAX_CHARS``;
-- a render that runs longer than its time limit is interrupted: a watchdog timer raises an
+- a render that runs longer than its time limit is interrupted: a watchdog thread raises an
   exception in the rendering thread (``PyThreadState_SetAsyncExc``), which stops any loop of
-  Jinja's pure-Python code at its next bytecode boundary.
+  Jinja's pure-Python code at its next bytecode boundary. One short-lived thread per render
+  (tens of microseconds) buys that; a template cannot be stopped any other way short of a
+  subprocess.
 
 Each limit ends the render with ``ChatTemplateError`` naming it.
 """
@@ -166,34 +168,46 @@ class LimitedSandbox(ImmutableSandboxedEnvironment):
 
 
 class _Watchdog:
-    """Raises ``_RenderTimeout`` in one thread unless stopped before ``limit`` seconds."""
+    """Raises ``_RenderTimeout`` in one thread unless stopped before ``limit`` seconds.
+
+    It raises again every 50 ms until stopped: an asynchronous exception that lands in a
+    garbage-collector callback or a ``__del__`` is swallowed there, and the loop it was meant
+    to end would go on.
+    """
 
     def __init__(self, limit: float) -> None:
         self._thread_id = threading.get_ident()
         self._lock = threading.Lock()
         self._done = False
+        self._stopped = threading.Event()
         self.fired = False
-        self._timer = threading.Timer(limit, self._fire)
-        self._timer.daemon = True
+        self._thread = threading.Thread(
+            target=self._run, args=(limit,), name="template-watchdog", daemon=True
+        )
 
     def start(self) -> None:
-        self._timer.start()
+        self._thread.start()
 
     def stop(self) -> None:
         with self._lock:
             self._done = True
-        self._timer.cancel()
-        if self.fired:  # not raised yet (the render was ending): withdraw it
+        self._stopped.set()
+        if self.fired:  # perhaps not raised yet (the render was ending): withdraw it
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread_id), None)
 
-    def _fire(self) -> None:
-        with self._lock:
-            if self._done:
+    def _run(self, limit: float) -> None:
+        if self._stopped.wait(limit):
+            return
+        while True:
+            with self._lock:
+                if self._done:
+                    return
+                self.fired = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread_id), ctypes.py_object(_RenderTimeout)
+                )
+            if self._stopped.wait(0.05):
                 return
-            self.fired = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self._thread_id), ctypes.py_object(_RenderTimeout)
-            )
 
 
 def render_limited(
