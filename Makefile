@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server soak fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -120,3 +120,13 @@ serve: models
 # Tail latency of our server against llama-server and llama-cpp-python's server (a few minutes).
 bench-serve: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
+
+# Soak: mixed traffic (threads and asyncio, cancellations, timeouts, overload) for MINUTES, then
+# leak checks; tests/integration/test_soak.py runs 2 minutes of it in `make test`.
+MINUTES ?= 10
+soak: models
+	$(BIN)/python benchmarks/soak.py --minutes $(MINUTES) --json benchmarks/results/soak.json
+
+# Fuzzing with hypothesis's long profile (the unit suite runs the short, fixed-seed one).
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k fuzz -p no:cacheprovider

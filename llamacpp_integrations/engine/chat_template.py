@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import ChatTemplateError, InvalidRequestError
 from .reasoning import ReasoningFormat, template_kwargs_for
+from .template_sandbox import RENDER_TIME_LIMIT_S, LimitedSandbox, render_limited
 from .types import ChatMessage, ChatRequest
 
 if TYPE_CHECKING:
@@ -88,8 +88,9 @@ def _tojson(
     )
 
 
-def _make_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+def _make_environment() -> LimitedSandbox:
+    # Sandboxed, and limited in output size, string growth and render time (template_sandbox).
+    env = LimitedSandbox(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[loopcontrols, _GenerationTag],
@@ -100,14 +101,23 @@ def _make_environment() -> ImmutableSandboxedEnvironment:
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.filters["tojson"] = _tojson
+    env.wrap_filters()
     return env
 
 
 class ChatTemplate:
     """A compiled chat template; ``render`` turns messages into the prompt text."""
 
-    def __init__(self, source: str, *, bos_token: str, eos_token: str) -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str,
+        eos_token: str,
+        render_time_limit: float = RENDER_TIME_LIMIT_S,
+    ) -> None:
         self.source = source
+        self.render_time_limit = render_time_limit
         self.bos_token = bos_token
         self.eos_token = eos_token
         try:
@@ -149,7 +159,7 @@ class ChatTemplate:
         if tools is not None:
             context["tools"] = tools
         try:
-            return self._template.render(context)
+            return render_limited(self._template, context, time_limit=self.render_time_limit)
         except ChatTemplateError:
             raise  # from raise_exception(): the template's own message is the best one
         except Exception as exc:  # anything the template makes go wrong is a template failure

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 from ..errors import (
     EngineClosedError,
     EngineError,
+    InvalidRequestError,
     LlamaCppIntegrationError,
     RequestCancelledError,
     RequestTimeoutError,
@@ -76,6 +78,7 @@ class EngineCore:
         self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
+        self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
 
     @property
     def busy(self) -> bool:
@@ -112,13 +115,17 @@ class EngineCore:
         if batch.closed:
             self.closing = True
             return
+        # Held here until admitted, so that if anything below raises, shutdown still answers
+        # them: taken out of the inbox, they would otherwise be nobody's.
+        self._taken.extend(batch.requests)
+        self.embeds.add(batch.embeds)
         for call in batch.calls:
             call(self)
         for request_id in batch.cancels:
             self._cancel(request_id)
-        for request in batch.requests:
-            self._admit(request, now)
-        self.embeds.add(batch.embeds)
+        while self._taken:
+            self._admit(self._taken[0], now)
+            self._taken.popleft()
         self._expire(now)
         if batch.requests or batch.cancels or batch.calls:
             self.publish()
@@ -159,20 +166,30 @@ class EngineCore:
     # ---- admission ------------------------------------------------------------------------
 
     def _admit(self, request: PreparedRequest, now: float) -> None:
+        if request.request_id in self.active:
+            # The same request object submitted twice at once: ids key cancellation and the
+            # active table, so the second would orphan the first's sequence.
+            self._refuse(
+                request,
+                InvalidRequestError(
+                    f"a request with id {request.request_id!r} is already running; give each "
+                    "concurrent request its own request_id",
+                    request_id=request.request_id,
+                ),
+            )
+            return
         try:
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except LlamaCppIntegrationError as error:
-            request.channel.put(
+            self._refuse(
+                request,
                 EngineError(
                     f"could not create the generation context ({self.config.n_seq_max} "
                     f"sequences of {self._n_ctx_per_seq} tokens): {error}; lower n_seq_max or "
                     "n_ctx_per_seq",
                     request_id=request.request_id,
-                )
+                ),
             )
-            request.sampler.close()
-            if request.media is not None:
-                request.media.close()
             return
         spans = (
             {}
@@ -191,6 +208,13 @@ class EngineCore:
             admitted_at=now,
             splitter=None if request.reasoning is None else request.reasoning.splitter(),
         )
+
+    def _refuse(self, request: PreparedRequest, error: LlamaCppIntegrationError) -> None:
+        """End a request that was never admitted."""
+        request.sampler.close()
+        if request.media is not None:
+            request.media.close()
+        request.channel.put(error)
 
     def _cut_cache(self, seq: SeqState) -> bool:
         """Keep the reusable prefix of the slot's cells and drop the rest; False if impossible."""
@@ -412,14 +436,17 @@ class EngineCore:
 
     # ---- shutdown -------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        """Fail everything still running or waiting with ``EngineClosedError``; free the
-        contexts (the weights and projector belong to the host)."""
+    def shutdown(self, reason: str = "the engine was closed") -> None:
+        """Fail everything still running or waiting with ``EngineClosedError(reason)``; free
+        the contexts (the weights and projector belong to the host)."""
         self.closing = True
+        self.inbox.close(reason)  # first: nothing new gets in while the running ones end
+        while self._taken:
+            request = self._taken.popleft()
+            self._refuse(request, EngineClosedError(reason, request_id=request.request_id))
         for active in list(self.active.values()):
-            self._finish(active, "error", error=EngineClosedError("the engine was closed"))
-        self.embeds.fail_all(lambda: EngineClosedError("the engine was closed"))
-        self.inbox.close()
+            self._finish(active, "error", error=EngineClosedError(reason))
+        self.embeds.fail_all(lambda: EngineClosedError(reason))
         if self._embedder is not None:
             self._embedder.close()
         if self._context is not None:

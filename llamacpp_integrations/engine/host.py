@@ -252,17 +252,28 @@ class ModelHost:
             self._loaded.set_exception(error)
             return
         self._loaded.set_result(model)
+        reason = "the engine was closed"
         try:
             self._serve()
-        except BaseException:
+        except BaseException as error:
+            # A bug or a broken context: the worker's state can no longer be trusted, so every
+            # engine on it is closed (failing what runs and waits, with the cause) rather than
+            # restarted; the registry builds a fresh engine for the next adapter.
             log.exception("the engine worker failed; its engines are closed")
-            raise
+            reason = (
+                f"the engine's worker failed ({type(error).__name__}: {error}); "
+                "the engine is closed"
+            )
         finally:
             with _LOCK:
                 if _HOSTS.get(self.key) is self:
                     del _HOSTS[self.key]
             for core in self._cores.values():
-                core.shutdown()
+                try:
+                    core.shutdown(reason)
+                except Exception:  # one core's broken state must not keep the rest open
+                    log.exception("closing an engine after its worker stopped failed")
+                    core.inbox.close(reason)
             self._cores.clear()
             for projector, _ in self._projectors.values():
                 projector.close()

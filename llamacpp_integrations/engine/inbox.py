@@ -184,15 +184,15 @@ class Inbox:
                 loop.call_soon_threadsafe(_resolve, room)
         self._room_waiters.clear()
 
-    def close(self) -> None:
-        """Refuse new work and answer what still waits with ``EngineClosedError``."""
+    def close(self, reason: str = "the engine was closed") -> None:
+        """Refuse new work and answer what still waits with ``EngineClosedError(reason)``."""
         with self._cond:
             self._closed = True
             left = list(self._waiting)
             self._waiting.clear()
             self._made_room()
         for work in left:
-            work.channel.put(EngineClosedError("the engine was closed", request_id=work.request_id))
+            work.channel.put(EngineClosedError(reason, request_id=work.request_id))
 
     @property
     def closed(self) -> bool:

@@ -106,7 +106,7 @@ def scan_call_object(text: str, start: int, call: PartialCall) -> None:
         key_end = _json_string_end(text, pos)
         if key_end is None:
             return
-        key = json.loads(text[pos:key_end])
+        key = load_json(text[pos:key_end], pos)
         pos = skip_json_ws(text, key_end)
         if pos >= len(text):
             return

@@ -171,6 +171,10 @@ ROUTES: dict[str, Route] = {
     "/to-file": _redirect("file:///etc/passwd"),
     "/to-loopback": _redirect("http://127.0.0.1:{port}/ref.png"),
     "/to-localhost": _redirect("http://localhost:{port}/ref.png"),
+    "/to-mapped": _redirect("http://[::ffff:127.0.0.1]:{port}/ref.png"),
+    "/to-mapped-hex": _redirect("http://[::ffff:7f00:1]:{port}/ref.png"),
+    "/to-ipv6-loopback": _redirect("http://[::1]:{port}/ref.png"),
+    "/to-decimal": _redirect("http://2130706433:{port}/ref.png"),
     "/no-location": lambda h, p: _send(h, b"", None, status=302),
 }
 
@@ -490,7 +494,17 @@ def test_redirect_to_a_file_url_is_refused(server: Server, net: Net) -> None:
     assert len(net.connects) == 1
 
 
-@pytest.mark.parametrize("path", ["/to-loopback", "/to-localhost"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/to-loopback",
+        "/to-localhost",
+        "/to-mapped",
+        "/to-mapped-hex",
+        "/to-ipv6-loopback",
+        "/to-decimal",
+    ],
+)
 def test_redirect_from_a_public_host_to_loopback_is_refused(
     path: str, server: Server, net: Net
 ) -> None:

@@ -1,0 +1,247 @@
+"""Limits on what a chat template may cost: output size, string growth and render time.
+
+Jinja's sandbox keeps a template away from Python internals, but not from the machine: a
+template can multiply a string by ten billion, double a variable in a loop, or nest loops that
+never end. Chat templates come from model files published by anyone, so rendering one must
+end, quickly and in bounded memory, whatever it does:
+
+- every string or list a template builds (``*``, ``+``, ``~``, filters, method calls) is
+  checked against ``MAX_CHARS``, and an operation whose result would be larger is refused
+  before it allocates where that can be known in advance (``'a' * n``, ``'a'.center(n)``);
+- the rendered output is counted as it is produced and stops at ``MAX_CHARS``;
+- a render that runs longer than its time limit is interrupted: a watchdog thread raises an
+  exception in the rendering thread (``PyThreadState_SetAsyncExc``), which stops any loop of
+  Jinja's pure-Python code at its next bytecode boundary. One short-lived thread per render
+  (tens of microseconds) buys that; a template cannot be stopped any other way short of a
+  subprocess.
+
+Each limit ends the render with ``ChatTemplateError`` naming it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import ChatTemplateError
+
+__all__ = ["MAX_CHARS", "RENDER_TIME_LIMIT_S", "LimitedSandbox", "render_limited"]
+
+MAX_CHARS = 16 * 1024 * 1024
+"""The longest string or list a template may build, and the longest output (characters)."""
+
+RENDER_TIME_LIMIT_S = 5.0
+"""How long one render may run (real templates take a millisecond or so)."""
+
+# ``2 ** n`` past this is a number thousands of digits long: no template needs one.
+_MAX_EXPONENT = 4096
+
+
+class _RenderTimeout(BaseException):
+    """Raised inside the rendering thread by the watchdog. A ``BaseException`` so that no
+    ``except Exception`` on the way (Jinja's or a filter's) can swallow it."""
+
+
+class _LimitExceeded(Exception):
+    pass
+
+
+def _size(value: object) -> int:
+    return len(value) if isinstance(value, str | bytes | list | tuple) else 0
+
+
+def _check_size(value: object) -> object:
+    if _size(value) > MAX_CHARS:
+        raise _LimitExceeded(f"the template built a value over {MAX_CHARS} items long")
+    return value
+
+
+def _check_int_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    # Widths, counts and repetitions are how a call asks for a huge allocation
+    # ('x'.center(10**10), 'x'|indent(10**10)); none of a real template's is near the limit.
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_CHARS:
+            raise _LimitExceeded(f"the template passed {value} to a call (over {MAX_CHARS})")
+
+
+def _check_replace(args: tuple[Any, ...]) -> None:
+    """Refuse a ``replace`` whose result would be too long, before it is built."""
+    if len(args) >= 3 and all(isinstance(a, str) for a in args[:3]):
+        text, old, new = args[:3]
+        grows = len(new) - len(old)
+        hits = text.count(old) if old else len(text) + 1
+        if grows > 0 and len(text) + hits * grows > MAX_CHARS:
+            raise _LimitExceeded(f"the template's replace would build over {MAX_CHARS} characters")
+
+
+def _checked_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    is_replace = fn.__name__ == "do_replace"
+
+    @functools.wraps(fn)  # keeps jinja_pass_arg, which tells Jinja what to pass first
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        _check_int_args(args, kwargs)
+        if is_replace:
+            _check_replace(tuple(str(a) for a in args[1:4]))  # after the eval context
+        return _check_size(fn(*args, **kwargs))
+
+    return checked
+
+
+class _CheckedCodeGenerator(CodeGenerator):
+    """Compiles ``a ~ b`` to a join that checks the length of what it builds."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.checked_join((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
+class LimitedSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, with the size checks above on every way to build a value."""
+
+    code_generator_class = _CheckedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, fn in list(self.filters.items()):
+            self.filters[name] = _checked_filter(fn)
+
+    def wrap_filters(self) -> None:
+        """Check filters added after construction too (call after adding them)."""
+        for name, fn in list(self.filters.items()):
+            if not hasattr(fn, "__wrapped__"):
+                self.filters[name] = _checked_filter(fn)
+
+    def checked_join(self, parts: tuple[Any, ...]) -> str:
+        total = 0
+        texts = []
+        for part in parts:
+            text = str(part)
+            total += len(text)
+            if total > MAX_CHARS:
+                raise _LimitExceeded(f"the template built a string over {MAX_CHARS} characters")
+            texts.append(text)
+        return "".join(texts)
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(times, int) and _size(seq) * times > MAX_CHARS:
+                    raise _LimitExceeded(
+                        f"the template multiplied a value to over {MAX_CHARS} items"
+                    )
+        elif operator == "**":
+            if isinstance(right, int) and isinstance(left, int) and abs(right) > _MAX_EXPONENT:
+                raise _LimitExceeded(f"the template raised a number to the power {right}")
+        elif operator == "%" and isinstance(left, str):
+            # printf-style widths: '%0*d' % (10**10, 1)
+            _check_int_args(right if isinstance(right, tuple) else (right,), {})
+        elif operator == "+" and _size(left) + _size(right) > MAX_CHARS:
+            raise _LimitExceeded(f"the template built a value over {MAX_CHARS} items long")
+        return super().call_binop(context, operator, left, right)
+
+    def call(
+        __self,  # Jinja's signature: a template may pass a keyword named self
+        __context: Context,
+        __obj: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        _check_int_args(args, kwargs)
+        if getattr(__obj, "__name__", None) == "replace" and isinstance(
+            getattr(__obj, "__self__", None), str
+        ):
+            _check_replace((__obj.__self__, *args))
+        return _check_size(super().call(__context, __obj, *args, **kwargs))
+
+
+class _Watchdog:
+    """Raises ``_RenderTimeout`` in one thread unless stopped before ``limit`` seconds.
+
+    It raises again every 50 ms until stopped: an asynchronous exception that lands in a
+    garbage-collector callback or a ``__del__`` is swallowed there, and the loop it was meant
+    to end would go on.
+    """
+
+    def __init__(self, limit: float) -> None:
+        self._thread_id = threading.get_ident()
+        self._lock = threading.Lock()
+        self._done = False
+        self._stopped = threading.Event()
+        self.fired = False
+        self._thread = threading.Thread(
+            target=self._run, args=(limit,), name="template-watchdog", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done = True
+        self._stopped.set()
+        if self.fired:  # perhaps not raised yet (the render was ending): withdraw it
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread_id), None)
+
+    def _run(self, limit: float) -> None:
+        if self._stopped.wait(limit):
+            return
+        while True:
+            with self._lock:
+                if self._done:
+                    return
+                self.fired = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread_id), ctypes.py_object(_RenderTimeout)
+                )
+            if self._stopped.wait(0.05):
+                return
+
+
+def render_limited(
+    template: jinja2.Template,
+    context: Mapping[str, Any],
+    *,
+    time_limit: float = RENDER_TIME_LIMIT_S,
+    max_chars: int = MAX_CHARS,
+) -> str:
+    """Render ``template`` within the limits.
+
+    Raises:
+        ChatTemplateError: the template exceeded a limit (the message says which). Any other
+            exception of the template's is left to the caller.
+    """
+    watchdog = _Watchdog(time_limit)
+    pieces: list[str] = []
+    try:
+        watchdog.start()
+        try:
+            total = 0
+            for piece in template.generate(context):
+                total += len(piece)
+                if total > max_chars:
+                    raise _LimitExceeded(f"the rendered prompt is over {max_chars} characters")
+                pieces.append(piece)
+        finally:
+            watchdog.stop()
+    except _RenderTimeout:
+        raise ChatTemplateError(
+            f"chat template rendering took over {time_limit:g} s (stopped)"
+        ) from None
+    except _LimitExceeded as exc:
+        raise ChatTemplateError(f"chat template exceeded a limit: {exc}") from None
+    if watchdog.fired:  # it fired as the render ended: the render did not finish in time
+        raise ChatTemplateError(f"chat template rendering took over {time_limit:g} s (stopped)")
+    return "".join(pieces)
