@@ -506,9 +506,17 @@ class RemoteEngine:
         """
         request_id = new_request_id()
         token_lists = self._embedding_tokens(texts, truncate, request_id)
-        body = {"content": token_lists, "embd_normalize": 2 if normalize else -1}
-        rows = self._emb.post_json("/embeddings", body, timeout=timeout, request_id=request_id)
-        return _vectors(rows, len(token_lists))
+        return [
+            _vector(
+                self._emb.post_json(
+                    "/embeddings",
+                    _embedding_body(tokens, normalize),
+                    timeout=timeout,
+                    request_id=request_id,
+                )
+            )
+            for tokens in token_lists
+        ]
 
     async def aembed(
         self,
@@ -521,11 +529,16 @@ class RemoteEngine:
         """Async ``embed`` (tokenizing runs on a thread)."""
         request_id = new_request_id()
         token_lists = await asyncio.to_thread(self._embedding_tokens, texts, truncate, request_id)
-        body = {"content": token_lists, "embd_normalize": 2 if normalize else -1}
-        rows = await self._emb.apost_json(
-            "/embeddings", body, timeout=timeout, request_id=request_id
-        )
-        return _vectors(rows, len(token_lists))
+        vectors: list[list[float]] = []
+        for tokens in token_lists:
+            row = await self._emb.apost_json(
+                "/embeddings",
+                _embedding_body(tokens, normalize),
+                timeout=timeout,
+                request_id=request_id,
+            )
+            vectors.append(_vector(row))
+        return vectors
 
 
 class _Collector:
@@ -591,17 +604,17 @@ def _healthy(response: httpx.Response) -> bool:
         return False
 
 
-def _vectors(rows: object, n: int) -> list[list[float]]:
-    if not isinstance(rows, list) or len(rows) != n:
-        raise InvalidRequestError(
-            f"the embeddings server answered {type(rows).__name__}, not {n} rows"
-        )
-    ordered = sorted(rows, key=lambda row: int(row.get("index", 0)))
-    out: list[list[float]] = []
-    for row in ordered:
-        vector = row["embedding"]
-        # A pooled embedding comes as a list holding one vector.
-        if vector and isinstance(vector[0], list):
-            vector = vector[0]
-        out.append([float(x) for x in vector])
-    return out
+def _embedding_body(tokens: list[int], normalize: bool) -> dict[str, Any]:
+    # One text a request: this server build returns wrong vectors for some texts of a
+    # several-text request (they differ from the same text sent alone), so texts go one by one.
+    return {"content": tokens, "embd_normalize": 2 if normalize else -1}
+
+
+def _vector(rows: object) -> list[float]:
+    if not isinstance(rows, list) or len(rows) != 1 or not isinstance(rows[0], Mapping):
+        raise InvalidRequestError("the embeddings server did not answer with one vector")
+    vector = rows[0]["embedding"]
+    # A pooled embedding comes as a list holding one vector.
+    if vector and isinstance(vector[0], list):
+        vector = vector[0]
+    return [float(x) for x in vector]

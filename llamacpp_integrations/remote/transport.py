@@ -155,15 +155,55 @@ class Transport:
             raise error_for_status(response.status_code, body, url=self.url, request_id=request_id)
         return body
 
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        timeout: float | None,
+        *,
+        stream: bool = False,
+    ) -> httpx.Response:
+        client = self.client()
+        for attempt in range(2):
+            request = client.build_request(method, path, json=body, timeout=self._timeout(timeout))
+            try:
+                return client.send(request, stream=stream)
+            except httpx.RemoteProtocolError:
+                # A pooled connection the server had already closed (it answered nothing):
+                # once more, on a fresh connection.
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _asend(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        timeout: float | None,
+        *,
+        stream: bool = False,
+    ) -> httpx.Response:
+        client = self.aclient()
+        for attempt in range(2):
+            request = client.build_request(method, path, json=body, timeout=self._timeout(timeout))
+            try:
+                return await client.send(request, stream=stream)
+            except httpx.RemoteProtocolError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
     def get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
         try:
-            return self.client().get(path, timeout=self._timeout(timeout))
+            return self._send("GET", path, None, timeout)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, self.url, delivered=False, request_id=None) from exc
 
     async def aget(self, path: str, *, timeout: float | None = None) -> httpx.Response:
         try:
-            return await self.aclient().get(path, timeout=self._timeout(timeout))
+            return await self._asend("GET", path, None, timeout)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, self.url, delivered=False, request_id=None) from exc
 
@@ -182,7 +222,7 @@ class Transport:
         request_id: str | None = None,
     ) -> Any:
         try:
-            response = self.client().post(path, json=body, timeout=self._timeout(timeout))
+            response = self._send("POST", path, body, timeout)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
         return self._checked(response, request_id)
@@ -196,7 +236,7 @@ class Transport:
         request_id: str | None = None,
     ) -> Any:
         try:
-            response = await self.aclient().post(path, json=body, timeout=self._timeout(timeout))
+            response = await self._asend("POST", path, body, timeout)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
         return self._checked(response, request_id)
@@ -209,20 +249,21 @@ class Transport:
     ) -> Iterator[httpx.Response]:
         """An open streamed response with a good status; closing it aborts the request."""
         try:
-            with self.client().stream(
-                "POST", path, json=body, timeout=self._timeout(timeout)
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise error_for_status(
-                        response.status_code,
-                        _json_or_text(response),
-                        url=self.url,
-                        request_id=request_id,
-                    )
-                yield response
-        except httpx.HTTPError as exc:  # only before the response: the reader maps the rest
+            response = self._send("POST", path, body, timeout, stream=True)
+        except httpx.HTTPError as exc:
             raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise error_for_status(
+                    response.status_code,
+                    _json_or_text(response),
+                    url=self.url,
+                    request_id=request_id,
+                )
+            yield response
+        finally:
+            response.close()
 
     @asynccontextmanager
     async def astream(
@@ -230,20 +271,21 @@ class Transport:
     ) -> AsyncIterator[httpx.Response]:
         """Async ``stream``."""
         try:
-            async with self.aclient().stream(
-                "POST", path, json=body, timeout=self._timeout(timeout)
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise error_for_status(
-                        response.status_code,
-                        _json_or_text(response),
-                        url=self.url,
-                        request_id=request_id,
-                    )
-                yield response
+            response = await self._asend("POST", path, body, timeout, stream=True)
         except httpx.HTTPError as exc:
             raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise error_for_status(
+                    response.status_code,
+                    _json_or_text(response),
+                    url=self.url,
+                    request_id=request_id,
+                )
+            yield response
+        finally:
+            await response.aclose()
 
     def stream_error(
         self, exc: httpx.HTTPError, *, delivered: bool, request_id: str

@@ -129,7 +129,7 @@ def test_timeout_ends_the_request_with_its_partial_text(
     small_batch_engine = any_small_batch_engine
     engine = small_batch_engine
     with pytest.raises(RequestTimeoutError) as caught:
-        engine.generate(chat("Write a long essay.", max_tokens=1500, ignore_eos=True, timeout=0.5))
+        engine.generate(chat("Write a long essay.", max_tokens=900, ignore_eos=True, timeout=0.5))
     assert caught.value.request_id is not None
     assert isinstance(caught.value.partial_text, str)
     assert idle_and_freed(wait_for(engine, idle_and_freed))
