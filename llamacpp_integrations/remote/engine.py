@@ -605,8 +605,8 @@ def _healthy(response: httpx.Response) -> bool:
 
 
 def _embedding_body(tokens: list[int], normalize: bool) -> dict[str, Any]:
-    # One text a request: this server build returns wrong vectors for some texts of a
-    # several-text request (they differ from the same text sent alone), so texts go one by one.
+    # One text a request: with this server build the vectors of a several-text request did not
+    # all match their texts (a text's vector differed from the one it gets alone).
     return {"content": tokens, "embd_normalize": 2 if normalize else -1}
 
 
