@@ -78,6 +78,10 @@ class RemoteEngine:
     (``--pooling mean`` matches the local engine); without it embeddings go to ``base_url``.
     ``api_key`` is sent as a bearer token. ``timeout`` bounds every HTTP exchange (a request's
     own ``timeout`` bounds it further).
+
+    On Python 3.11 ``isinstance(engine, InferenceEngine)`` reads ``info``, so an adapter given
+    ``engine=RemoteEngine(...)`` asks the server for its properties when it validates the
+    engine (the server must be up then); an adapter's ``base_url=`` waits for the first call.
     """
 
     def __init__(
