@@ -248,6 +248,12 @@ class Router:
             server.in_flight = max(0, server.in_flight - 1)
             self._eject(server, error)
 
+    def eject(self, url: str, error: str) -> None:
+        """A call on ``url`` that was not a routed request (a token count, say) found the
+        server failing: eject it."""
+        with self._lock:
+            self._eject(self._servers[url], error)
+
     def _eject(self, server: _Server, error: str) -> None:
         server.failures += 1
         server.last_error = error
