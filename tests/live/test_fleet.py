@@ -23,7 +23,8 @@ from tests.fixtures.llama_servers import LlamaServerProcess, llama_server_binary
 BINARY = llama_server_binary()
 pytestmark = pytest.mark.skipif(
     BINARY is None,
-    reason="no llama-server binary: run `make llama-server` or set LLAMACPP_INTEGRATIONS_LLAMA_SERVER",
+    reason="no llama-server binary: run `make llama-server` "
+    "or set LLAMACPP_INTEGRATIONS_LLAMA_SERVER",
 )
 
 SYSTEM = (
@@ -110,7 +111,7 @@ def test_a_killed_server_fails_its_stream_is_ejected_and_readmitted(
     # Kill the owner once the stream has delivered text: the caller gets a typed error, and
     # no other server is asked to take the request over.
     received: list[str] = []
-    with pytest.raises(LlamaCppIntegrationError) as caught:
+    with pytest.raises(LlamaCppIntegrationError):
         for chunk in fleet.stream(request):
             received.append(chunk.text)
             if len(received) == 1:
