@@ -35,9 +35,10 @@ from ..engine.types import (
     GenerationRequest,
     ModelInfo,
     StreamChunk,
+    Timings,
     Usage,
 )
-from ..errors import EngineClosedError, ServerUnavailableError
+from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
 from .affinity import affinity_key
 from .routing import Router, ServerState
 
@@ -114,11 +115,13 @@ class FleetEngine:
 
         if isinstance(base_urls, str):
             base_urls = [base_urls]
+        if not all(isinstance(url, str) for url in base_urls):
+            raise InvalidRequestError("base_urls must be URLs (strings)")
         urls = [url.rstrip("/") for url in base_urls]
+        if len(set(urls)) != len(urls):
+            raise InvalidRequestError(f"a server is given twice in {urls}")
         members: dict[str, MemberEngine] = {}
         for url in urls:
-            if url in members:
-                raise ValueError(f"{url} is given twice")
             members[url] = RemoteEngine(
                 url,
                 embeddings_url=embeddings_url,
@@ -340,7 +343,7 @@ class FleetEngine:
     def _blame(self, url: str, error: ServerUnavailableError) -> bool:
         """Eject ``url`` if ``error`` is about it (not about the embeddings server, say);
         True when another member may try."""
-        if error.url.rstrip("/") != url:
+        if error.url.rstrip("/") != url or not error.retryable:
             return False
         self._router.eject(url, str(error))
         return error.retryable
@@ -381,6 +384,15 @@ class FleetEngine:
             f"{what}: {states}", url=",".join(self._router.urls), retryable=True
         )
 
+    def _fail(self, url: str, error: ServerUnavailableError, *, delivered: bool) -> None:
+        # A server that broke off a stream, or could not take a request another may take, is
+        # ejected. An error before any output that no other server would fix either (the API
+        # key refused: the same key goes everywhere) ends the request but ejects nobody.
+        if delivered or error.retryable:
+            self._router.fail(url, str(error))
+        else:
+            self._router.finish(url)
+
     def _finish(self, url: str, usage: Usage | None) -> None:
         if usage is None:
             self._router.finish(url)
@@ -392,42 +404,22 @@ class FleetEngine:
             )
 
     def generate(self, request: GenerationRequest) -> Completion:
-        key = affinity_key(request)
-        tried: set[str] = set()
-        while True:
-            url = self._acquire(key, tried)
-            try:
-                completion = self._members[url].generate(request)
-            except ServerUnavailableError as error:
-                self._router.fail(url, str(error))
-                if not error.retryable:
-                    raise
-                tried.add(url)
-                continue
-            except BaseException:
-                self._router.finish(url)
-                raise
-            self._finish(url, completion.usage)
-            return completion
+        # Collected from the fleet's own stream, so a server breaking off an answer is told
+        # apart from one refusing it (both are "not retryable" to a caller of generate).
+        collected = _Collected(request)
+        for chunk in self.stream(request):
+            collected.add(chunk)
+        return collected.completion()
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
-        key = affinity_key(request)
-        tried: set[str] = set()
-        while True:
-            url = await self._aacquire(key, tried)
-            try:
-                completion = await self._members[url].agenerate(request)
-            except ServerUnavailableError as error:
-                self._router.fail(url, str(error))
-                if not error.retryable:
-                    raise
-                tried.add(url)
-                continue
-            except BaseException:
-                self._router.finish(url)
-                raise
-            self._finish(url, completion.usage)
-            return completion
+        collected = _Collected(request)
+        chunks = self.astream(request)
+        try:
+            async for chunk in chunks:
+                collected.add(chunk)
+        finally:
+            await chunks.aclose()
+        return collected.completion()
 
     def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
         key = affinity_key(request)
@@ -443,7 +435,7 @@ class FleetEngine:
                     delivered = True
                     yield chunk
             except ServerUnavailableError as error:
-                self._router.fail(url, str(error))
+                self._fail(url, error, delivered=delivered)
                 if delivered or not error.retryable:
                     raise
                 tried.add(url)
@@ -470,7 +462,7 @@ class FleetEngine:
                     delivered = True
                     yield chunk
             except ServerUnavailableError as error:
-                self._router.fail(url, str(error))
+                self._fail(url, error, delivered=delivered)
                 if delivered or not error.retryable:
                     raise
                 tried.add(url)
@@ -482,6 +474,36 @@ class FleetEngine:
                 await chunks.aclose()
             self._finish(url, usage)
             return
+
+
+class _Collected:
+    """A whole answer from its chunks (the last one carries finish reason, usage, timings)."""
+
+    def __init__(self, request: GenerationRequest) -> None:
+        self.request = request
+        self.chunks: list[StreamChunk] = []
+
+    def add(self, chunk: StreamChunk) -> None:
+        self.chunks.append(chunk)
+
+    def completion(self) -> Completion:
+        last = self.chunks[-1] if self.chunks else None
+        if last is None or last.finish_reason is None or last.usage is None:
+            raise ServerUnavailableError(
+                "the answer ended without its last chunk", url="", retryable=False
+            )
+        return Completion(
+            request_id=self.request.request_id,
+            text="".join(c.text for c in self.chunks),
+            token_ids=tuple(t for c in self.chunks for t in c.token_ids),
+            finish_reason=last.finish_reason,
+            usage=last.usage,
+            timings=last.timings or Timings(0.0, None, 0.0, 0.0, 0.0),
+            logprobs=None
+            if self.request.logprobs is None
+            else tuple(lp for c in self.chunks for lp in c.logprobs),
+            reasoning="".join(c.reasoning for c in self.chunks),
+        )
 
 
 def _safe_health(member: MemberEngine) -> bool:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import InvalidRequestError
+
 __all__ = ["HashRing", "Router", "ServerState", "ServerStatus", "ring_hash"]
 
 ServerStatus = Literal["healthy", "ejected"]
@@ -160,14 +162,19 @@ class Router:
         vnodes: int = 64,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        problems = []
         if not servers:
-            raise ValueError("a fleet needs at least one server")
+            problems.append("a fleet needs at least one server")
+        if len(set(servers)) != len(servers):
+            problems.append("a server is given twice")
         if not load_factor >= 1.0:
-            raise ValueError("load_factor must be >= 1")
+            problems.append("load_factor must be >= 1")
         if not cooldown >= 0.0:
-            raise ValueError("cooldown must be >= 0 seconds")
+            problems.append("cooldown must be >= 0 seconds")
         if not probe_interval > 0.0:
-            raise ValueError("probe_interval must be > 0 seconds")
+            problems.append("probe_interval must be > 0 seconds")
+        if problems:
+            raise InvalidRequestError("; ".join(problems))
         self._ring = HashRing(servers, vnodes=vnodes)
         self._servers = {url: _Server(url) for url in servers}
         self.load_factor = load_factor

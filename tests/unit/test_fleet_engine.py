@@ -308,6 +308,45 @@ def test_generate_retries_a_refusal(fleet: FleetEngine, members: dict[str, FakeM
     assert owner not in fleet.generate(request).text
 
 
+def test_a_refused_api_key_ends_the_request_and_ejects_nobody(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+
+    def refused(_: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        raise ServerUnavailableError("refused the API key (401)", url=owner, retryable=False)
+        yield
+
+    members[owner].stream = refused  # type: ignore[method-assign]
+    with pytest.raises(ServerUnavailableError, match="API key"):
+        fleet.generate(request)
+    assert all(s.status == "healthy" and s.in_flight == 0 for s in fleet.servers())
+    assert sum(m.calls for m in members.values()) == 0
+
+
+def test_generate_keeps_every_part_of_the_answer(fleet: FleetEngine) -> None:
+    completion = fleet.generate(chat("sys"))
+    assert completion.finish_reason == "stop"
+    assert completion.usage == Usage(10, 3, 8)
+    assert completion.logprobs is None
+    assert completion.text.count("#") == 3
+
+
+def test_a_broken_off_answer_ejects_its_server_in_generate_too(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].die_after = 1
+    with pytest.raises(ServerUnavailableError):
+        fleet.generate(request)
+    assert {s.url: s.status for s in fleet.servers()}[owner] == "ejected"
+    assert sum(m.calls for m in members.values()) == 1
+
+
 def test_every_server_down_is_a_typed_error(
     fleet: FleetEngine, members: dict[str, FakeMember]
 ) -> None:
@@ -362,10 +401,11 @@ def test_request_errors_do_not_eject(fleet: FleetEngine, members: dict[str, Fake
     owner = fleet.route(request)
     assert owner is not None
 
-    def cancelled(_: GenerationRequest) -> Completion:
+    def cancelled(_: GenerationRequest) -> Generator[StreamChunk, None, None]:
         raise RequestCancelledError("cancelled")
+        yield  # a generator, as stream is
 
-    members[owner].generate = cancelled  # type: ignore[method-assign]
+    members[owner].stream = cancelled  # type: ignore[method-assign]
     with pytest.raises(RequestCancelledError):
         fleet.generate(request)
     assert all(s.status == "healthy" and s.in_flight == 0 for s in fleet.servers())

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.remote.routing import HashRing, Router, ring_hash
 
 URLS = ["http://a:1", "http://b:2", "http://c:3"]
@@ -75,8 +76,10 @@ def test_ring_rejects_bad_input() -> None:
 
 
 def test_router_options_are_checked() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidRequestError, match="at least one"):
         Router([])
+    with pytest.raises(InvalidRequestError, match="twice"):
+        Router(["x", "x"])
     with pytest.raises(ValueError):
         Router(URLS, load_factor=0.9)
     with pytest.raises(ValueError):
