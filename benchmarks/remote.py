@@ -15,8 +15,10 @@ Reported: aggregate generated tokens/s and mean time to the first token, with ra
 ``ChatOpenAI``. Then the cache run: ``--prefixes`` distinct system prompts (more than one
 server's slots hold) times a few questions, interleaved, four at a time, over the two-server
 fleet with affinity on and off (a fresh prompt set for each, so neither inherits the other's
-cache). The hit rate is cached prompt tokens over prompt tokens, from llama-server's own
-per-request counts.
+cache). The servers keep their default host-memory prompt cache (``--cache-ram``), so a prefix
+once seen stays cached on that server: what affinity saves is the cold miss of each prefix on
+every further server that sees it. The hit rate is cached prompt tokens over prompt tokens,
+from llama-server's own per-request counts.
 
     python benchmarks/remote.py --server .cache/llama-server/build/bin/llama-server
 """
@@ -93,10 +95,15 @@ async def one_stream(
     return tokens, first
 
 
-async def run_level(peer: str, model: BaseChatModel, n: int) -> LevelResult:
+async def run_level(peer: str, model: BaseChatModel, n: int, tag: str) -> LevelResult:
+    # ``tag`` starts every question of a run: no peer finds the prompts of another one in the
+    # server's cache (the template's opening, the same for all, is cached for everyone).
     start = time.perf_counter()
     outcomes = await asyncio.gather(
-        *(one_stream(model, [HumanMessage(QUESTIONS[i % len(QUESTIONS)])], start) for i in range(n))
+        *(
+            one_stream(model, [HumanMessage(f"[{tag}] {QUESTIONS[i % len(QUESTIONS)]}")], start)
+            for i in range(n)
+        )
     )
     wall = time.perf_counter() - start
     tokens = sum(t for t, _ in outcomes)
@@ -174,7 +181,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--levels", default="1,4,8,16")
-    parser.add_argument("--slots", type=int, default=8, help="llama-server slots (-np) each")
+    parser.add_argument("--slots", type=int, default=16, help="llama-server slots (-np) each")
     parser.add_argument("--prefixes", type=int, default=16, help="system prompts, cache run")
     parser.add_argument("--per-prefix", type=int, default=4, help="questions per system prompt")
     parser.add_argument("--json", default=None, help="also write the results to this file")
@@ -193,8 +200,8 @@ def main() -> None:
         urls = [server.url for server in servers]
         print(
             f"2 llama-servers, {THREADS} thread each (2 threads each would oversubscribe "
-            f"{os.cpu_count()} cores), {args.slots} slots each; {args.max_tokens} tokens per "
-            "request, greedy"
+            f"{os.cpu_count()} cores), {args.slots} slots each, the server's own host prompt "
+            f"cache (--cache-ram) on; {args.max_tokens} tokens per request, greedy"
         )
         table, cache = asyncio.run(measure(urls, levels, args))
     finally:
