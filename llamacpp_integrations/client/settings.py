@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, Self, get_type_hints
 
-from pydantic import BaseModel, Field, PrivateAttr, create_model, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, create_model, model_validator
 
 from ..engine import EngineConfig, InferenceEngine, SamplingParams
 from ..engine.config import KvCacheType, LoraAdapter, Pooling, RopeScaling, SplitMode
@@ -108,7 +108,31 @@ class EngineBound(BaseModel):
         "until llamacpp_integrations.engine.registry.unload_kept_engines().",
     )
 
+    base_url: str | list[str] | None = Field(
+        default=None,
+        description="A llama.cpp llama-server to serve from instead of a local model (its URL, "
+        "or a list of URLs for a fleet); model and the engine settings are then unused. Needs "
+        "the remote extra (httpx).",
+    )
+    embeddings_url: str | None = Field(
+        default=None,
+        description="With base_url: the llama-server started with --embeddings that serves "
+        "embeddings (default: base_url).",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        exclude=True,
+        description="With base_url: the llama-server's API key (sent as a bearer token); a "
+        "local model needs none.",
+    )
+    allow_untested_build: bool = Field(
+        default=False,
+        description="With base_url: use a llama-server build this package was not tested "
+        "against (otherwise refused with UntestedServerError).",
+    )
+
     _binding: EngineBinding | None = PrivateAttr(default=None)
+    _remote: InferenceEngine | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _engine_settings_are_valid(self) -> Self:
@@ -123,6 +147,21 @@ class EngineBound(BaseModel):
         """An engine the user passed in, to serve from instead of the registry's."""
         return None
 
+    def _remote_engine(self) -> InferenceEngine | None:
+        """The llama-server (or fleet) ``base_url`` names, made once (nothing is sent yet)."""
+        if self.base_url is None:
+            return None
+        if self._remote is None:
+            from ..remote import connect  # httpx only when a server is named
+
+            self._remote = connect(
+                self.base_url,
+                embeddings_url=self.embeddings_url,
+                api_key=self.api_key,
+                allow_untested_build=self.allow_untested_build,
+            )
+        return self._remote
+
     def _engine_settings(self) -> dict[str, Any]:
         """The ``EngineConfig`` settings this adapter asks for."""
         return engine_settings_of(self)
@@ -134,7 +173,7 @@ class EngineBound(BaseModel):
             self._binding = EngineBinding(
                 model=getattr(self, "model", None),
                 settings=self._engine_settings(),
-                engine=self._supplied_engine(),
+                engine=self._supplied_engine() or self._remote_engine(),
                 keep_alive=self.keep_alive,
             )
         return self._binding

@@ -22,7 +22,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..client import (
     CallResult,
@@ -112,8 +112,6 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     max_retries: int = 2
     """Retries when the engine's queue is full (``EngineOverloadedError``), before the first
     token only, for streams too."""
-    api_key: SecretStr | None = Field(default=None, exclude=True)
-    """Accepted for interface compatibility; a local model needs none."""
     parallel_tool_calls: bool = True
     """Allow several tool calls in one answer (``bind_tools`` may override it)."""
     streaming: bool = False
@@ -170,6 +168,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         # the file is on disk (local, or in the Hugging Face cache). LangChain swallows errors
         # raised here, so they are logged; the same error is raised again on first use.
         # A supplied engine has its file on disk already, whatever ``model`` says.
+        if self.engine is None and self.base_url is not None:
+            return self._profile_of(None)  # a server: nothing is asked of it before first use
         spec = self.model if self.engine is None else self.engine.info.path
         try:
             info = cached_model_info(spec)
@@ -187,6 +187,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         """Whether requests may carry images (``None``: not known before the first use)."""
         if self.engine is not None:
             return self.engine.info.supports_images
+        if self.base_url is not None:
+            return None  # the server's /props tells, on first use
         if self.mmproj is None or self.mmproj.strip().lower() != MMPROJ_AUTO:
             return bool(self.mmproj)
         if info is None:

@@ -1,1 +1,14 @@
-"""Engines on llama.cpp's llama-server: one server or a fleet of them."""
+"""Remote engines: llama.cpp's ``llama-server`` behind the engine interface.
+
+``RemoteEngine`` drives one server over its native API (our prompts, grammars, logprobs,
+images and embeddings); ``connect`` makes the engine a URL (or several) names, for adapters'
+``base_url=``. Needs the ``remote`` extra (httpx).
+"""
+
+from __future__ import annotations
+
+from .builds import TESTED_BUILDS
+from .connect import connect
+from .engine import RemoteEngine
+
+__all__ = ["TESTED_BUILDS", "RemoteEngine", "connect"]

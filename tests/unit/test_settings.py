@@ -37,10 +37,17 @@ def _declared_for_type_checkers() -> dict[str, dict[str, ast.AnnAssign]]:
 
 
 def test_engine_settings_are_every_engine_config_field_but_model_and_template() -> None:
-    # Besides them, only what every adapter has for its binding (keep_alive).
+    # Besides them, only what every adapter has for its binding (keep_alive, and the
+    # llama-server a remote adapter serves from).
     own = [name for name in EngineSettings.model_fields if name not in EngineBound.model_fields]
     assert own == list(ENGINE_SETTINGS)
-    assert list(EngineBound.model_fields) == ["keep_alive"]
+    assert list(EngineBound.model_fields) == [
+        "keep_alive",
+        "base_url",
+        "embeddings_url",
+        "api_key",
+        "allow_untested_build",
+    ]
     assert set(ENGINE_SETTINGS) == {f.name for f in fields(EngineConfig)} - {
         "model",
         "chat_template",

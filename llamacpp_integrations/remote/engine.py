@@ -1,0 +1,582 @@
+"""``RemoteEngine``: the engine interface on one llama.cpp ``llama-server``.
+
+Everything that decides what the model writes stays on this side, so the adapters behave as they
+do on the local engine: chats are rendered here with the model's template (read from ``/props``)
+by the engine's own ``ChatTemplate``; grammars, lazy-grammar triggers, stop strings and sampling
+settings go to the server's native ``/completion`` as fields; images are vetted by the adapters'
+image policy and sent as pixels (the server never fetches a URL). The server streams tokens,
+their text and log-probabilities; ``chunks.ChunkReader`` turns them into ``StreamChunk`` s.
+
+Closing a stream (leaving the loop, cancelling the task) closes the HTTP response, and the
+server aborts the request's slot. A failure before the first chunk is a retryable
+``ServerUnavailableError`` (a fleet may send the request elsewhere); after it, not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from ..engine.chat_template import ChatTemplate, strip_leading_bos, template_inputs
+from ..engine.interface import PromptRequest
+from ..engine.media import flatten_parts, has_images, require_image
+from ..engine.types import (
+    ChatRequest,
+    Completion,
+    CompletionRequest,
+    EngineStats,
+    GenerationRequest,
+    ImageInput,
+    ModelInfo,
+    StreamChunk,
+    TokenLogprob,
+    new_request_id,
+)
+from ..errors import (
+    ChatTemplateError,
+    ContextOverflowError,
+    EngineClosedError,
+    ImageInputNotSupportedError,
+    InvalidRequestError,
+    LlamaCppIntegrationError,
+    RequestTimeoutError,
+    ServerUnavailableError,
+)
+from .builds import check_build
+from .chunks import ChunkReader
+from .payload import completion_body
+from .server_info import ServerDescription, describe_server, parse_metrics, stats_from
+from .transport import Transport, error_for_status, parse_event
+
+__all__ = ["RemoteEngine"]
+
+TEMPLATE_CACHE_SIZE = 8
+# llama-server embeds a text in one physical batch (-ub, 512 unless set): a longer input fails
+# there with a 500, so texts are held to this as well as to the slot's context.
+EMBEDDING_BATCH = 512
+HEALTH_TIMEOUT = 5.0
+
+
+class RemoteEngine:
+    """A model served by llama.cpp's ``llama-server``, behind the engine interface.
+
+    Example::
+
+        engine = RemoteEngine("http://10.0.0.5:8080", embeddings_url="http://10.0.0.5:8081")
+        llm = ChatLlamaCpp(engine=engine)          # or ChatLlamaCpp(base_url=...)
+
+    Construction sends nothing: the server is asked for its properties on first use, and a build
+    not in ``remote.TESTED_BUILDS`` is then refused with ``UntestedServerError`` unless
+    ``allow_untested_build``. ``embeddings_url`` names a server started with ``--embeddings``
+    (``--pooling mean`` matches the local engine); without it embeddings go to ``base_url``.
+    ``api_key`` is sent as a bearer token. ``timeout`` bounds every HTTP exchange (a request's
+    own ``timeout`` bounds it further).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        embeddings_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        timeout: float = 600.0,
+        allow_untested_build: bool = False,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise InvalidRequestError(f"base_url must be an http(s) URL, not {base_url!r}")
+        if timeout <= 0:
+            raise InvalidRequestError("timeout must be > 0 seconds")
+        key = SecretStr(api_key) if isinstance(api_key, str) else api_key
+        self.base_url = base_url.rstrip("/")
+        self.embeddings_url = (embeddings_url or base_url).rstrip("/")
+        self.allow_untested_build = allow_untested_build
+        self._gen = Transport(self.base_url, api_key=key, timeout=timeout)
+        self._emb = (
+            self._gen
+            if self.embeddings_url == self.base_url
+            else Transport(self.embeddings_url, api_key=key, timeout=timeout)
+        )
+        self._lock = threading.Lock()
+        self._desc: ServerDescription | None = None
+        self._template: ChatTemplate | None = None
+        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
+        self._adds_bos = False
+        self._embedding_limit: int | None = None
+        self._embedding_bos: int | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"RemoteEngine({self.base_url!r})"
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` ran."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the connection pools; later calls raise ``EngineClosedError``. Requests being
+        streamed end with the error their closed connection gives."""
+        self._closed = True
+        self._gen.close()
+        if self._emb is not self._gen:
+            self._emb.close()
+
+    def __enter__(self) -> RemoteEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self, request_id: str | None = None) -> None:
+        if self._closed:
+            raise EngineClosedError("the engine is closed", request_id=request_id)
+
+    def health(self) -> bool:
+        """Whether ``/health`` says the server is ready (False while it loads, or when it
+        cannot be reached)."""
+        try:
+            response = self._gen.get("/health", timeout=HEALTH_TIMEOUT)
+        except LlamaCppIntegrationError:
+            return False
+        return _healthy(response)
+
+    async def ahealth(self) -> bool:
+        """Async ``health``."""
+        try:
+            response = await self._gen.aget("/health", timeout=HEALTH_TIMEOUT)
+        except LlamaCppIntegrationError:
+            return False
+        return _healthy(response)
+
+    # ---- what the server is ------------------------------------------------------------------
+
+    def _server(self) -> ServerDescription:
+        desc = self._desc
+        if desc is not None:
+            return desc
+        self._check_open()
+        with self._lock:
+            if self._desc is None:
+                props = self._gen.get_json("/props")
+                check_build(
+                    props.get("build_info"), self.base_url, allow_untested=self.allow_untested_build
+                )
+                desc = describe_server(self.base_url, props, self._gen.get_json("/v1/models"))
+                # Whether the vocabulary adds BOS: then a template's printed BOS is dropped, as
+                # the local engine does, so the prompt does not start with two.
+                self._adds_bos = bool(self._tokenize(self._gen, "", True, False))
+                template = desc.info.chat_template
+                if template:
+                    self._template = self._compile(template, desc)
+                self._desc = desc
+            return self._desc
+
+    async def _aserver(self) -> ServerDescription:
+        return self._desc if self._desc is not None else await asyncio.to_thread(self._server)
+
+    @property
+    def info(self) -> ModelInfo:
+        """The served model, from ``/props`` and ``/v1/models`` (``path`` is the URL)."""
+        return self._server().info
+
+    @property
+    def build_info(self) -> str:
+        """The server's build, as ``/props`` names it."""
+        return self._server().build_info
+
+    @property
+    def media_marker(self) -> str | None:
+        """The server's media marker (``None``: it has no image projector)."""
+        return self._server().media_marker
+
+    def stats(self) -> EngineStats:
+        """Busy slots (``/slots``), and waiting requests and decode steps (``/metrics``, when
+        the server runs with ``--metrics``)."""
+        self._check_open()
+        slots = self._gen.get("/slots")
+        metrics = self._gen.get("/metrics")
+        return stats_from(
+            slots.json() if slots.status_code == 200 else [],
+            parse_metrics(metrics.text) if metrics.status_code == 200 else {},
+        )
+
+    # ---- tokens and templates ----------------------------------------------------------------
+
+    @staticmethod
+    def _tokenize(
+        transport: Transport, text: str, add_special: bool, parse_special: bool
+    ) -> list[int]:
+        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
+        return [int(t) for t in transport.post_json("/tokenize", body)["tokens"]]
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        """Token ids of ``text`` (the server's ``/tokenize``)."""
+        self._server()
+        return self._tokenize(self._gen, text, add_special, parse_special)
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """The text of ``tokens`` (the server's ``/detokenize``, which always renders control
+        tokens: ``special`` cannot hide them)."""
+        self._server()
+        return str(self._gen.post_json("/detokenize", {"tokens": list(tokens)})["content"])
+
+    def _compile(self, source: str, desc: ServerDescription) -> ChatTemplate:
+        return ChatTemplate(source, bos_token=desc.bos_token, eos_token=desc.eos_token)
+
+    def _template_for(self, request: ChatRequest, desc: ServerDescription) -> ChatTemplate:
+        source = request.chat_template
+        if source is None:
+            if self._template is None:
+                raise ChatTemplateError(
+                    f"the model at {self.base_url} has no chat template: pass chat_template= "
+                    "or use a CompletionRequest for raw text",
+                    request_id=request.request_id,
+                )
+            return self._template
+        with self._lock:
+            template = self._templates.get(source)
+            if template is None:
+                template = self._templates[source] = self._compile(source, desc)
+                while len(self._templates) > TEMPLATE_CACHE_SIZE:
+                    self._templates.popitem(last=False)
+            else:
+                self._templates.move_to_end(source)
+            return template
+
+    def _render(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
+        desc = self._server()
+        template = self._template_for(request, desc)
+        messages, kwargs = template_inputs(request)
+        if not messages:
+            raise InvalidRequestError(
+                "a chat needs at least one message", request_id=request.request_id
+            )
+        marker = self._require_images(request, desc) if has_images(request) else None
+        messages, images = flatten_parts(messages, marker)
+        text = template.render(
+            messages,
+            add_generation_prompt=request.add_generation_prompt,
+            tools=list(request.tools) if request.tools is not None else None,
+            **kwargs,
+        )
+        return (strip_leading_bos(text, desc.bos_token) if self._adds_bos else text), images
+
+    def _require_images(self, request: GenerationRequest, desc: ServerDescription) -> str:
+        if desc.media_marker is None:
+            raise ImageInputNotSupportedError(
+                f"the server at {self.base_url} has no image projector (start it with --mmproj)",
+                request_id=request.request_id,
+            )
+        return desc.media_marker
+
+    def render_chat(self, request: ChatRequest) -> str:
+        """The prompt text a chat request becomes (images as the server's media marker)."""
+        return self._render(request)[0]
+
+    def _prompt(self, request: PromptRequest) -> tuple[str | list[int], list[ImageInput]]:
+        """The prompt as the server takes it: text (BOS added there), or token ids."""
+        desc = self._server()
+        if isinstance(request, ChatRequest):
+            text, images = self._render(request)
+            return text, images
+        if not isinstance(request.prompt, str):
+            tokens = list(request.prompt)
+            n_vocab = desc.info.n_vocab
+            bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < n_vocab]
+            if bad:
+                raise InvalidRequestError(
+                    f"prompt token ids outside the vocabulary: {bad[:5]}",
+                    request_id=request.request_id,
+                )
+            if request.images:
+                raise InvalidRequestError(
+                    "images need a text prompt that places them with media_marker, not token ids",
+                    request_id=request.request_id,
+                )
+            return tokens, []
+        if request.images:
+            self._require_images(request, desc)
+            return request.prompt, [require_image(i, "images[]") for i in request.images]
+        if not request.add_bos and self._adds_bos:
+            # The server adds BOS to text: send the tokens, without it.
+            return self._tokenize(self._gen, request.prompt, False, True), []
+        return request.prompt, []
+
+    def count_prompt_tokens(self, request: PromptRequest) -> int:
+        """The prompt's text tokens. Images are not counted (the server does not say how many
+        embeddings an image becomes before the request runs)."""
+        prompt, _ = self._prompt(request)
+        if isinstance(prompt, list):
+            return len(prompt)
+        return len(self._tokenize(self._gen, prompt, True, True))
+
+    # ---- generation --------------------------------------------------------------------------
+
+    def _body(self, request: GenerationRequest) -> dict[str, Any]:
+        self._check_open(request.request_id)
+        if not isinstance(request, ChatRequest | CompletionRequest):
+            raise InvalidRequestError(f"unsupported request type {type(request).__name__}")
+        desc = self._server()
+        request.validate_common(desc.info.n_vocab)
+        n_ctx = desc.info.n_ctx_per_seq
+        if request.max_tokens is not None and n_ctx and request.max_tokens >= n_ctx:
+            raise ContextOverflowError(
+                f"{request.max_tokens} tokens were asked for, but one sequence holds {n_ctx}",
+                n_prompt_tokens=0,
+                n_ctx=n_ctx,
+                request_id=request.request_id,
+            )
+        prompt, images = self._prompt(request)
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty", request_id=request.request_id)
+        return completion_body(request, prompt, images)
+
+    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        """Chunks as the server streams them; leaving the loop early closes the stream, and
+        the server aborts the request."""
+        body = self._body(request)
+        reader = ChunkReader(request)
+        deadline = _deadline(request)
+        with self._gen.stream(
+            "/completion", body, timeout=request.timeout, request_id=request.request_id
+        ) as response:
+            try:
+                for line in response.iter_lines():
+                    chunk = self._read(line, reader, deadline)
+                    if chunk is not None:
+                        reader.delivered += 1
+                        yield chunk
+                        if chunk.finish_reason is not None:
+                            return
+            except httpx.HTTPError as exc:
+                raise self._stream_error(exc, reader) from exc
+        raise self._cut_short(reader)
+
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        """Async ``stream``; closing the generator or cancelling the task aborts the request."""
+        await self._aserver()
+        body = await asyncio.to_thread(self._body, request)
+        reader = ChunkReader(request)
+        deadline = _deadline(request)
+        async with self._gen.astream(
+            "/completion", body, timeout=request.timeout, request_id=request.request_id
+        ) as response:
+            try:
+                async for line in response.aiter_lines():
+                    chunk = self._read(line, reader, deadline)
+                    if chunk is not None:
+                        reader.delivered += 1
+                        yield chunk
+                        if chunk.finish_reason is not None:
+                            return
+            except httpx.HTTPError as exc:
+                raise self._stream_error(exc, reader) from exc
+        raise self._cut_short(reader)
+
+    def _read(self, line: str, reader: ChunkReader, deadline: float | None) -> StreamChunk | None:
+        request_id = reader.request.request_id
+        if deadline is not None and time.monotonic() > deadline:
+            raise RequestTimeoutError(
+                "the request timed out", request_id=request_id, partial_text=reader.text
+            )
+        event = parse_event(line)
+        if event is None:
+            return None
+        if "error" in event:
+            error = event["error"]
+            code = int(error.get("code", 500)) if isinstance(error, Mapping) else 500
+            raise error_for_status(
+                code,
+                event,
+                url=self.base_url,
+                delivered=reader.delivered > 0,
+                request_id=request_id,
+            )
+        return reader.read(event)
+
+    def _stream_error(self, exc: httpx.HTTPError, reader: ChunkReader) -> LlamaCppIntegrationError:
+        error = self._gen.stream_error(
+            exc, delivered=reader.delivered > 0, request_id=reader.request.request_id
+        )
+        if isinstance(error, RequestTimeoutError):
+            error.partial_text = reader.text
+        return error
+
+    def _cut_short(self, reader: ChunkReader) -> ServerUnavailableError:
+        return ServerUnavailableError(
+            "the stream ended before its last event",
+            url=self.base_url,
+            retryable=reader.delivered == 0,
+            request_id=reader.request.request_id,
+        )
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        """Run a request to the end; raises the request's typed error if it fails."""
+        collector = _Collector(request)
+        for chunk in self.stream(request):
+            collector.add(chunk)
+        return collector.completion()
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        """Async ``generate``; cancelling the awaiting task aborts the request."""
+        collector = _Collector(request)
+        stream = self.astream(request)
+        try:
+            async for chunk in stream:
+                collector.add(chunk)
+        finally:
+            await stream.aclose()
+        return collector.completion()
+
+    # ---- embeddings --------------------------------------------------------------------------
+
+    def _embedding_setup(self) -> tuple[int, int]:
+        """The embedding server's per-text token limit and BOS id (read once)."""
+        if self._embedding_limit is None or self._embedding_bos is None:
+            props = self._emb.get_json("/props")
+            check_build(
+                props.get("build_info"),
+                self.embeddings_url,
+                allow_untested=self.allow_untested_build,
+            )
+            n_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx") or 0)
+            bos = self._tokenize(self._emb, str(props.get("bos_token") or ""), False, True)
+            self._embedding_bos = bos[0] if bos else 0
+            self._embedding_limit = min(n_ctx or EMBEDDING_BATCH, EMBEDDING_BATCH)
+        return self._embedding_limit, self._embedding_bos
+
+    def _embedding_tokens(
+        self, texts: Sequence[str], truncate: bool, request_id: str
+    ) -> list[list[int]]:
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
+        if not texts:
+            raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
+        self._check_open(request_id)
+        limit, bos = self._embedding_setup()
+        token_lists: list[list[int]] = []
+        for index, text in enumerate(texts):
+            tokens = self._tokenize(self._emb, text, True, False) or [bos]
+            if len(tokens) > limit:
+                if not truncate:
+                    raise ContextOverflowError(
+                        f"text {index} has {len(tokens)} tokens; the embeddings server takes at "
+                        f"most {limit} (pass truncate=True, or raise its -c and -ub)",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=limit,
+                        request_id=request_id,
+                    )
+                tokens = tokens[:limit]
+            token_lists.append(tokens)
+        return token_lists
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        """One vector per text from the embeddings server (``normalize``: unit length).
+
+        Texts longer than the server takes raise ``ContextOverflowError`` naming the text,
+        unless ``truncate``.
+        """
+        request_id = new_request_id()
+        token_lists = self._embedding_tokens(texts, truncate, request_id)
+        body = {"content": token_lists, "embd_normalize": 2 if normalize else -1}
+        rows = self._emb.post_json("/embeddings", body, timeout=timeout, request_id=request_id)
+        return _vectors(rows, len(token_lists))
+
+    async def aembed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        """Async ``embed`` (tokenizing runs on a thread)."""
+        request_id = new_request_id()
+        token_lists = await asyncio.to_thread(self._embedding_tokens, texts, truncate, request_id)
+        body = {"content": token_lists, "embd_normalize": 2 if normalize else -1}
+        rows = await self._emb.apost_json(
+            "/embeddings", body, timeout=timeout, request_id=request_id
+        )
+        return _vectors(rows, len(token_lists))
+
+
+class _Collector:
+    """A whole answer from its chunks."""
+
+    def __init__(self, request: GenerationRequest) -> None:
+        self.request = request
+        self.texts: list[str] = []
+        self.reasoning: list[str] = []
+        self.tokens: list[int] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.last: StreamChunk | None = None
+
+    def add(self, chunk: StreamChunk) -> None:
+        self.texts.append(chunk.text)
+        self.reasoning.append(chunk.reasoning)
+        self.tokens.extend(chunk.token_ids)
+        self.logprobs.extend(chunk.logprobs)
+        if chunk.finish_reason is not None:
+            self.last = chunk
+
+    def completion(self) -> Completion:
+        last = self.last
+        assert last is not None and last.finish_reason is not None
+        assert last.usage is not None and last.timings is not None
+        return Completion(
+            request_id=self.request.request_id,
+            text="".join(self.texts),
+            token_ids=tuple(self.tokens),
+            finish_reason=last.finish_reason,
+            usage=last.usage,
+            timings=last.timings,
+            logprobs=None if self.request.logprobs is None else tuple(self.logprobs),
+            reasoning="".join(self.reasoning),
+        )
+
+
+def _deadline(request: GenerationRequest) -> float | None:
+    return None if request.timeout is None else time.monotonic() + request.timeout
+
+
+def _healthy(response: httpx.Response) -> bool:
+    if response.status_code != 200:
+        return False
+    try:
+        return bool(response.json().get("status") == "ok")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _vectors(rows: object, n: int) -> list[list[float]]:
+    if not isinstance(rows, list) or len(rows) != n:
+        raise InvalidRequestError(
+            f"the embeddings server answered {type(rows).__name__}, not {n} rows"
+        )
+    ordered = sorted(rows, key=lambda row: int(row.get("index", 0)))
+    out: list[list[float]] = []
+    for row in ordered:
+        vector = row["embedding"]
+        # A pooled embedding comes as a list holding one vector.
+        if vector and isinstance(vector[0], list):
+            vector = vector[0]
+        out.append([float(x) for x in vector])
+    return out
