@@ -12,9 +12,9 @@ streams at once (``astream``), alternating at every level:
 * ``ChatLlamaCpp(engine=FleetEngine([server 1, server 2]))``.
 
 Reported: aggregate generated tokens/s and mean time to the first token, with ratios to
-``ChatOpenAI``. Then the cache run: ``--prefixes`` distinct system prompts (more than one
-server's slots hold) times a few questions, interleaved, four at a time, over the two-server
-fleet with affinity on and off (a fresh prompt set for each, so neither inherits the other's
+``ChatOpenAI``. Then the cache run: ``--prefixes`` distinct system prompts times
+``--per-prefix`` questions, in a shuffled order, four at a time, over the two-server fleet with
+affinity on and off (a fresh prompt set for each, so neither inherits the other's
 cache). The servers keep their default host-memory prompt cache (``--cache-ram``), so a prefix
 once seen stays cached on that server: what affinity saves is the cold miss of each prefix on
 every further server that sees it. The hit rate is cached prompt tokens over prompt tokens,
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import time
@@ -146,6 +147,10 @@ async def cache_run(
             for q in range(per_prefix)
             for p in range(prefixes)
         ]
+        # Arrivals in a random order (the same for both runs): in a fixed cycle through the
+        # prompts, taking the least-loaded server in turn would pin every prompt to one server
+        # by accident whenever the number of prompts is a multiple of the number of servers.
+        random.Random(7).shuffle(requests)
         gate = asyncio.Semaphore(4)
 
         async def send(request: ChatRequest) -> None:
@@ -248,9 +253,13 @@ async def measure(
     }
     models = {name: make() for name, make in peers.items()}
     try:
-        for model in models.values():  # warm-up: connections, templates, first slots
-            await run_level("warm-up", model, 1)
-        table = [await run_level(name, model, n) for n in levels for name, model in models.items()]
+        for p, model in enumerate(models.values()):  # connections, templates, every slot
+            await run_level("warm-up", model, max(levels), f"w{p:02d}")
+        table = [
+            await run_level(name, model, n, f"{p}{n:02d}")
+            for n in levels
+            for p, (name, model) in enumerate(models.items())
+        ]
         cache = [
             await cache_run(urls, affinity, args.prefixes, args.per_prefix)
             for affinity in (True, False)
