@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server test-live record-cassettes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,23 @@ llama-server: $(LLAMA_SERVER)
 
 bench-server: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)
+
+# The remote engine's tests (the "remote" variants, on a RemoteEngine) against live llama-servers
+# started on free loopback ports; `make test` replays them from tests/cassettes/ instead.
+REMOTE_TESTS := tests/integration/test_logprobs.py tests/integration/test_structured.py \
+	tests/integration/test_tool_calling.py tests/integration/test_embeddings.py \
+	tests/integration/test_images.py tests/integration/test_cancellation.py \
+	tests/integration/test_remote.py tests/standard/test_chat_model_standard.py
+export LLAMACPP_INTEGRATIONS_LLAMA_SERVER ?= $(CURDIR)/$(LLAMA_SERVER)
+
+test-live: models $(LLAMA_SERVER)
+	$(BIN)/pytest $(REMOTE_TESTS) -k remote --disable-recording
+
+# Record the cassettes again (after a change to what the remote engine sends, or a new tested
+# server build); commit tests/cassettes/ with the change.
+record-cassettes: models $(LLAMA_SERVER)
+	rm -rf tests/cassettes
+	$(BIN)/pytest $(REMOTE_TESTS) -k remote --record-mode=rewrite
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LLAMACPP_INTEGRATIONS_MODELS", str(ROOT / ".cache" / "models"))
 
-from llamacpp_integrations.engine import EngineConfig  # noqa: E402
+from llamacpp_integrations.engine import EngineConfig, InferenceEngine  # noqa: E402
 from llamacpp_integrations.models import models_dir  # noqa: E402
 
 if TYPE_CHECKING:
     from llamacpp_integrations.engine.engine import Engine
+    from llamacpp_integrations.remote import RemoteEngine
 
 SMOLLM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = "gemma-3-270m-q4_k_m.gguf"
@@ -55,3 +56,96 @@ def projector() -> Path:
     from tests.fixtures.tiny_projector import cached_tiny_projector
 
     return cached_tiny_projector("mlp", 576)
+
+
+# ---- the remote engine (llama-server), live or replayed from cassettes -----------------------
+# See tests/remote_servers.py. A test takes ``any_engine`` to run on the local engine and on a
+# RemoteEngine; the remote variant carries the ``vcr`` mark, so by default it replays its
+# cassette, and runs against live servers under --disable-recording or a recording --record-mode.
+
+from tests.remote_servers import (  # noqa: E402
+    LLAMA_SERVER,
+    RECORDED_EMBEDDINGS_URL,
+    RECORDED_URL,
+    llama_server,
+)
+
+REMOTE = pytest.param("remote", marks=pytest.mark.vcr, id="remote")
+ENGINES = ["local", REMOTE]
+_RECORDED_HOSTS: dict[str, str] = {}  # a live server's URL -> the URL its cassettes show
+
+
+def remote_is_live(config: pytest.Config) -> bool:
+    """Whether remote tests talk to real servers (live or recording), not to cassettes."""
+    mode = config.getoption("--record-mode", default=None) or "none"
+    return bool(config.getoption("--disable-recording", default=False)) or mode != "none"
+
+
+def _normalise_request(request: Any) -> Any:
+    for live, recorded in _RECORDED_HOSTS.items():
+        if request.uri.startswith(live):
+            request.uri = recorded + request.uri[len(live) :]
+    return request
+
+
+@pytest.fixture(scope="module")
+def vcr_config() -> dict[str, Any]:
+    """Cassettes match on method, path and body (never host or port); keys are not kept."""
+    return {
+        "match_on": ["method", "path", "body"],
+        "before_record_request": _normalise_request,
+        "filter_headers": ["authorization"],
+        "decode_compressed_response": True,
+    }
+
+
+@pytest.fixture(scope="module")
+def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
+    module = request.node.path.stem if hasattr(request.node, "path") else "misc"
+    return str(ROOT / "tests" / "cassettes" / module)
+
+
+@pytest.fixture(scope="session")
+def remote_urls(
+    request: pytest.FixtureRequest, smollm_path: Path, projector: Path
+) -> Iterator[tuple[str, str]]:
+    """A generation server (4 slots of 1024 tokens, with the tiny projector) and an embeddings
+    server (mean pooling), or the recorded URLs when the cassettes answer."""
+    if not remote_is_live(request.config):
+        yield RECORDED_URL, RECORDED_EMBEDDINGS_URL
+        return
+    if not LLAMA_SERVER.exists():
+        pytest.skip(f"no llama-server at {LLAMA_SERVER} (make llama-server)")
+    generation_args = ["-np", "4", "-c", "4096", "--metrics", "--mmproj", str(projector)]
+    embedding_args = ["--embeddings", "--pooling", "mean", "-np", "2", "-c", "1024"]
+    with (
+        llama_server(smollm_path, generation_args) as generation,
+        llama_server(smollm_path, embedding_args) as embeddings,
+    ):
+        _RECORDED_HOSTS.update({generation: RECORDED_URL, embeddings: RECORDED_EMBEDDINGS_URL})
+        yield generation, embeddings
+
+
+@pytest.fixture
+def remote_engine(remote_urls: tuple[str, str]) -> Iterator[RemoteEngine]:
+    """A fresh RemoteEngine per test, so each cassette holds the whole exchange."""
+    from llamacpp_integrations.remote import RemoteEngine
+
+    generation, embeddings = remote_urls
+    with RemoteEngine(generation, embeddings_url=embeddings) as remote:
+        yield remote
+
+
+@pytest.fixture
+def live_remote(request: pytest.FixtureRequest) -> None:
+    """Skip a remote test that cannot be replayed (cancellation, timeouts) unless live."""
+    if not remote_is_live(request.config):
+        pytest.skip("cancellation and timeouts are not replayable: make test-live runs them")
+
+
+@pytest.fixture(params=ENGINES)
+def any_engine(request: pytest.FixtureRequest) -> InferenceEngine:
+    """The local engine (8 sequences of 1024 tokens) and a RemoteEngine on a llama-server."""
+    name = "engine" if request.param == "local" else "remote_engine"
+    engine: InferenceEngine = request.getfixturevalue(name)
+    return engine

@@ -41,12 +41,20 @@ def _text_of(raw: object) -> tuple[str, tuple[int, ...]]:
 
 def token_logprob(entry: Mapping[str, Any], top_n: int) -> TokenLogprob:
     """One ``completion_probabilities`` entry (``post_sampling_probs`` off)."""
-    text, raw = _text_of(entry.get("bytes"))
+    token_id = int(entry["id"])
+    raw_bytes = entry.get("bytes")
     top: list[TopLogprob] = []
-    for alt in entry.get("top_logprobs", ())[:top_n]:
-        alt_text, alt_raw = _text_of(alt.get("bytes"))
-        top.append(TopLogprob(alt_text, int(alt["id"]), float(alt["logprob"]), alt_raw))
-    return TokenLogprob(text, int(entry["id"]), float(entry["logprob"]), raw, tuple(top))
+    for index, alt in enumerate(entry.get("top_logprobs", ())):
+        if int(alt["id"]) == token_id:
+            # The entry's own bytes are the text the server showed for it (none for a token
+            # of a stop string); the alternative's are the token's piece, as the local engine
+            # reports it.
+            raw_bytes = alt.get("bytes")
+        if index < top_n:
+            alt_text, alt_raw = _text_of(alt.get("bytes"))
+            top.append(TopLogprob(alt_text, int(alt["id"]), float(alt["logprob"]), alt_raw))
+    text, raw = _text_of(raw_bytes)
+    return TokenLogprob(text, token_id, float(entry["logprob"]), raw, tuple(top))
 
 
 class ChunkReader:

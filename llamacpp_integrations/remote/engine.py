@@ -306,8 +306,10 @@ class RemoteEngine:
                 )
             return tokens, []
         if request.images:
-            self._require_images(request, desc)
-            return request.prompt, [require_image(i, "images[]") for i in request.images]
+            marker = self._require_images(request, desc)
+            images = [require_image(i, "images[]") for i in request.images]
+            _check_markers(request.prompt, marker, len(images), request.request_id)
+            return request.prompt, images
         if not request.add_bos and self._adds_bos:
             # The server adds BOS to text: send the tokens, without it.
             return self._tokenize(self._gen, request.prompt, False, True), []
@@ -329,6 +331,14 @@ class RemoteEngine:
             raise InvalidRequestError(f"unsupported request type {type(request).__name__}")
         desc = self._server()
         request.validate_common(desc.info.n_vocab)
+        if request.reasoning is not None and request.reasoning.budget is not None:
+            # The local engine writes the end of the reasoning itself once the budget is spent;
+            # over /completion nothing can be inserted into the server's output.
+            raise InvalidRequestError(
+                "a reasoning budget is not supported on a remote engine (leave reasoning_budget "
+                "unset)",
+                request_id=request.request_id,
+            )
         n_ctx = desc.info.n_ctx_per_seq
         if request.max_tokens is not None and n_ctx and request.max_tokens >= n_ctx:
             raise ContextOverflowError(
@@ -550,6 +560,21 @@ class _Collector:
             timings=last.timings,
             logprobs=None if self.request.logprobs is None else tuple(self.logprobs),
             reasoning="".join(self.reasoning),
+        )
+
+
+def _check_markers(prompt: str, marker: str, n_images: int, request_id: str) -> None:
+    """What libmtmd checks in the local engine: one marker per image, text after the last."""
+    count = prompt.count(marker)
+    if count != n_images:
+        raise InvalidRequestError(
+            f"the prompt places {count} image(s) but {n_images} were given", request_id=request_id
+        )
+    if prompt.rstrip().endswith(marker):
+        raise InvalidRequestError(
+            "the prompt ends with an image: text must follow it (the model reads the answer's "
+            "first token off the last text token)",
+            request_id=request_id,
         )
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from llamacpp_integrations.engine import (
     ChatMessage,
     ChatRequest,
-    Engine,
     EngineStats,
     SamplingParams,
 )
@@ -40,8 +40,14 @@ def chat(text: str, **kwargs: object) -> ChatRequest:
     return ChatRequest(messages=[ChatMessage(role="user", content=text)], **kwargs)  # type: ignore[arg-type]
 
 
+class HasStats(Protocol):
+    """An engine that reports its slots (the local engine, a RemoteEngine)."""
+
+    def stats(self) -> EngineStats: ...
+
+
 def wait_for(
-    engine: Engine, predicate: Callable[[EngineStats], bool], timeout: float = 30
+    engine: HasStats, predicate: Callable[[EngineStats], bool], timeout: float = 30
 ) -> EngineStats:
     """Poll the stats until ``predicate`` holds (a bound on waiting, not a timing check)."""
     end = time.monotonic() + timeout

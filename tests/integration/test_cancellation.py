@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_integrations.engine import Engine, EngineConfig
+from llamacpp_integrations.engine import Engine, EngineConfig, InferenceEngine
 from llamacpp_integrations.errors import RequestCancelledError, RequestTimeoutError
 
 from .helpers import chat, idle_and_freed, rss_bytes, wait_for
@@ -26,7 +26,19 @@ def small_batch_engine(smollm_path: Path) -> Iterator[Engine]:
         yield engine
 
 
-def _served_after(engine: Engine) -> None:
+@pytest.fixture(params=["local", "remote"])
+def any_small_batch_engine(request: pytest.FixtureRequest) -> InferenceEngine:
+    """The small-batch local engine, and a RemoteEngine (live only: a cassette cannot replay a
+    stream closed half-way or a timeout)."""
+    if request.param == "local":
+        local: InferenceEngine = request.getfixturevalue("small_batch_engine")
+        return local
+    request.getfixturevalue("live_remote")
+    remote: InferenceEngine = request.getfixturevalue("remote_engine")
+    return remote
+
+
+def _served_after(engine: InferenceEngine) -> None:
     result = engine.generate(chat("Say hi.", max_tokens=4))
     assert result.finish_reason in ("stop", "length")
 
@@ -64,7 +76,8 @@ def test_cancel_mid_generation(small_batch_engine: Engine) -> None:
     _served_after(engine)
 
 
-def test_breaking_out_of_a_stream_cancels(small_batch_engine: Engine) -> None:
+def test_breaking_out_of_a_stream_cancels(any_small_batch_engine: InferenceEngine) -> None:
+    small_batch_engine = any_small_batch_engine
     engine = small_batch_engine
     stream = engine.stream(chat("Write a long essay.", max_tokens=500, ignore_eos=True))
     for i, _ in enumerate(stream):
@@ -77,7 +90,8 @@ def test_breaking_out_of_a_stream_cancels(small_batch_engine: Engine) -> None:
     _served_after(engine)
 
 
-async def test_cancelling_the_asyncio_task_cancels(small_batch_engine: Engine) -> None:
+async def test_cancelling_the_asyncio_task_cancels(any_small_batch_engine: InferenceEngine) -> None:
+    small_batch_engine = any_small_batch_engine
     engine = small_batch_engine
     started = asyncio.Event()
 
@@ -96,7 +110,8 @@ async def test_cancelling_the_asyncio_task_cancels(small_batch_engine: Engine) -
     assert result.finish_reason in ("stop", "length")
 
 
-async def test_cancelling_agenerate_cancels(small_batch_engine: Engine) -> None:
+async def test_cancelling_agenerate_cancels(any_small_batch_engine: InferenceEngine) -> None:
+    small_batch_engine = any_small_batch_engine
     engine = small_batch_engine
     task = asyncio.create_task(
         engine.agenerate(chat("Write a long essay.", max_tokens=500, ignore_eos=True))
@@ -108,7 +123,10 @@ async def test_cancelling_agenerate_cancels(small_batch_engine: Engine) -> None:
     assert idle_and_freed(await asyncio.to_thread(wait_for, engine, idle_and_freed))
 
 
-def test_timeout_ends_the_request_with_its_partial_text(small_batch_engine: Engine) -> None:
+def test_timeout_ends_the_request_with_its_partial_text(
+    any_small_batch_engine: InferenceEngine,
+) -> None:
+    small_batch_engine = any_small_batch_engine
     engine = small_batch_engine
     with pytest.raises(RequestTimeoutError) as caught:
         engine.generate(chat("Write a long essay.", max_tokens=1500, ignore_eos=True, timeout=0.5))

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_integrations.engine import Engine, EngineConfig, live_engines, shared_engine
+from llamacpp_integrations.engine import (
+    Engine,
+    EngineConfig,
+    InferenceEngine,
+    live_engines,
+    shared_engine,
+)
 from llamacpp_integrations.errors import ContextOverflowError, InvalidRequestError
 
 from .helpers import chat, rss_bytes
@@ -29,7 +35,8 @@ def _cosine(a: list[float], b: list[float]) -> float:
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
-def test_one_normalised_vector_of_plain_floats_per_text(engine: Engine) -> None:
+def test_one_normalised_vector_of_plain_floats_per_text(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     vectors = engine.embed(TEXTS)
     assert len(vectors) == len(TEXTS)
     for vector in vectors:
@@ -41,7 +48,8 @@ def test_one_normalised_vector_of_plain_floats_per_text(engine: Engine) -> None:
     assert _cosine(raw, vectors[0]) > 0.9999
 
 
-def test_batched_equals_one_by_one(engine: Engine) -> None:
+def test_batched_equals_one_by_one(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     batched = engine.embed(TEXTS)
     for text, vector in zip(TEXTS, batched, strict=True):
         alone = engine.embed([text])[0]
@@ -49,20 +57,23 @@ def test_batched_equals_one_by_one(engine: Engine) -> None:
         assert max(abs(a - b) for a, b in zip(alone, vector, strict=True)) < 1e-2
 
 
-def test_many_texts_span_several_batches(engine: Engine) -> None:
+def test_many_texts_span_several_batches(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     texts = [f"Sentence number {i} is about topic {i % 7}." for i in range(70)]
     vectors = engine.embed(texts)
     assert len(vectors) == 70
     assert _cosine(vectors[3], engine.embed([texts[3]])[0]) > 0.999
 
 
-def test_retrieval_ranks_the_right_text_first(engine: Engine) -> None:
+def test_retrieval_ranks_the_right_text_first(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     query, *docs = engine.embed(["Which river flows into the Mediterranean?", *TEXTS[:4]])
     scores = [_cosine(query, d) for d in docs]
     assert scores.index(max(scores)) == 0
 
 
-async def test_async_embeddings_run_beside_generation(engine: Engine) -> None:
+async def test_async_embeddings_run_beside_generation(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     generation = asyncio.create_task(engine.agenerate(chat("Write a poem.", max_tokens=40)))
     vectors = await asyncio.gather(*(engine.aembed([t]) for t in TEXTS[:4]))
     assert [len(v) for v in vectors] == [1, 1, 1, 1]
@@ -81,6 +92,18 @@ def test_over_long_texts_follow_the_policy(smollm_path: Path) -> None:
             engine.embed([])
         with pytest.raises(InvalidRequestError):
             engine.embed("not a list")  # type: ignore[arg-type]
+
+
+@pytest.mark.vcr
+def test_over_long_texts_follow_the_policy_remotely(remote_engine: InferenceEngine) -> None:
+    # The embeddings server takes at most 512 tokens a text (its slot context and batch).
+    long_text = "many words " * 300
+    with pytest.raises(ContextOverflowError, match=r"text 1 .*truncate=True"):
+        remote_engine.embed(["short", long_text])
+    truncated = remote_engine.embed([long_text], truncate=True)[0]
+    assert len(truncated) == 576
+    with pytest.raises(InvalidRequestError):
+        remote_engine.embed([])
 
 
 def test_registry_shares_one_engine_and_one_copy_of_the_weights(smollm_path: Path) -> None:

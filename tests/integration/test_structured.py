@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from llamacpp_integrations import client
 from llamacpp_integrations.client import CallResult
-from llamacpp_integrations.engine import ChatMessage, ChatRequest, Engine, SamplingParams
+from llamacpp_integrations.engine import ChatMessage, ChatRequest, InferenceEngine, SamplingParams
 from llamacpp_integrations.errors import OutputTruncatedError
 
 from .helpers import QUESTIONS
@@ -28,11 +28,13 @@ class Person(BaseModel):
     address: Address
 
 
-def generate_structured(engine: Engine, request: ChatRequest, schema: Any) -> CallResult:
+def generate_structured(engine: InferenceEngine, request: ChatRequest, schema: Any) -> CallResult:
     return client.generate(engine, client.structured_plan(request, schema))
 
 
-async def agenerate_structured(engine: Engine, request: ChatRequest, schema: Any) -> CallResult:
+async def agenerate_structured(
+    engine: InferenceEngine, request: ChatRequest, schema: Any
+) -> CallResult:
     return await client.agenerate(engine, client.structured_plan(request, schema))
 
 
@@ -44,7 +46,8 @@ def _ask(text: str, seed: int) -> ChatRequest:
     )
 
 
-def test_nested_pydantic_model_is_valid_on_twenty_prompts(engine: Engine) -> None:
+def test_nested_pydantic_model_is_valid_on_twenty_prompts(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     schema = Person.model_json_schema()
     stopped = 0
     for seed, question in enumerate([*QUESTIONS, *QUESTIONS[:4]]):
@@ -62,12 +65,14 @@ def test_nested_pydantic_model_is_valid_on_twenty_prompts(engine: Engine) -> Non
     assert stopped >= 16, f"only {stopped} of 20 answers finished within max_tokens"
 
 
-async def test_json_mode_returns_an_object(engine: Engine) -> None:
+async def test_json_mode_returns_an_object(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     result = await agenerate_structured(engine, _ask("Give me a JSON object about a cat.", 3), None)
     assert isinstance(result.value, dict)
 
 
-def test_running_out_of_tokens_raises_with_the_partial_text(engine: Engine) -> None:
+def test_running_out_of_tokens_raises_with_the_partial_text(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     request = _ask("Describe a person in JSON.", 1)
     short = ChatRequest(messages=request.messages, max_tokens=3, sampling=request.sampling)
     with pytest.raises(OutputTruncatedError) as caught:
@@ -75,7 +80,8 @@ def test_running_out_of_tokens_raises_with_the_partial_text(engine: Engine) -> N
     assert caught.value.partial_text.startswith("{")
 
 
-def test_stop_strings_cannot_cut_the_document(engine: Engine) -> None:
+def test_stop_strings_cannot_cut_the_document(any_engine: InferenceEngine) -> None:
+    engine = any_engine
     request = ChatRequest(
         messages=[ChatMessage(role="user", content="A city in JSON.")],
         max_tokens=120,

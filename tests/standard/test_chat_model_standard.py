@@ -21,6 +21,7 @@ from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.models import models_dir
 from tests.conftest import SMOLLM
 from tests.fixtures.tiny_projector import cached_tiny_projector
+from tests.remote_servers import RECORDED_EMBEDDINGS_URL, RECORDED_URL
 
 MODEL = "smollm2-135m"
 # The same engine settings for every test instance, so they all share one registry engine.
@@ -196,3 +197,58 @@ class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
     @property
     def supports_pdf_tool_message(self) -> bool:
         return False
+
+
+@pytest.mark.vcr
+class TestChatLlamaCppRemote(TestChatLlamaCppIntegration):
+    """The same suite on a llama-server through ``base_url`` (a ``RemoteEngine``): replayed from
+    tests/cassettes/test_chat_model_standard/ by default, live under ``make test-live``, and
+    recorded by ``make record-cassettes``. LangChain's VCR test (``test_stream_time``) is on."""
+
+    @pytest.fixture
+    def model(self, request: Any, remote_urls: tuple[str, str]) -> BaseChatModel:
+        extra = getattr(request, "param", None) or {}
+        return ChatLlamaCpp(**{**self.standard_chat_model_params, **_remote(remote_urls), **extra})
+
+    @pytest.fixture(autouse=True)
+    def _urls(self, remote_urls: tuple[str, str]) -> None:
+        self._remote_urls = remote_urls
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return _remote(getattr(self, "_remote_urls", (RECORDED_URL, RECORDED_EMBEDDINGS_URL)))
+
+    @property
+    def supports_model_override(self) -> bool:
+        return False  # a server serves the model it was started with
+
+    @property
+    def enable_vcr_tests(self) -> bool:
+        return True
+
+    def invoke_with_cache_read_input(self, *, stream: bool = False) -> Any:
+        llm = ChatLlamaCpp(**{**self.chat_model_params, "max_tokens": 8})
+        prompt = "Summarise in one word: " + "the quick brown fox jumps over the lazy dog. " * 20
+        llm.invoke(prompt)  # the second request finds the prompt in the server's slot cache
+        if stream:
+            full = None
+            for chunk in llm.stream(prompt):
+                full = chunk if full is None else full + chunk
+            return full
+        return llm.invoke(prompt)
+
+    # Replayed, the benchmark streams the same recorded answer several times.
+    @pytest.mark.benchmark
+    @pytest.mark.vcr(allow_playback_repeats=True)
+    def test_stream_time(self, model: BaseChatModel, benchmark: Any, vcr: Any) -> None:
+        super().test_stream_time(model, benchmark, vcr)
+
+
+def _remote(urls: tuple[str, str]) -> dict[str, Any]:
+    generation, embeddings = urls
+    return {
+        "base_url": generation,
+        "embeddings_url": embeddings,
+        "temperature": 0.0,
+        "max_tokens": 128,
+    }
