@@ -12,8 +12,8 @@ streams at once (``astream``), alternating at every level:
 * ``ChatLlamaCpp(engine=FleetEngine([server 1, server 2]))``.
 
 Reported: aggregate generated tokens/s and mean time to the first token, with ratios to
-``ChatOpenAI``. Then the cache run: ``--prefixes`` distinct system prompts times
-``--per-prefix`` questions, in a shuffled order, four at a time, over the two-server fleet with
+``ChatOpenAI`` (``--repeat K``: K rounds, the run with the median tokens/s kept). Then the
+cache run: ``--prefixes`` distinct system prompts times ``--per-prefix`` questions, in a shuffled order, four at a time, over the two-server fleet with
 affinity on and off (a fresh prompt set for each, so neither inherits the other's
 cache). The servers keep their default host-memory prompt cache (``--cache-ram``), so a prefix
 once seen stays cached on that server: what affinity saves is the cold miss of each prefix on
@@ -118,6 +118,12 @@ async def run_level(peer: str, model: BaseChatModel, n: int, tag: str) -> LevelR
     )
 
 
+def median_run(runs: list[LevelResult]) -> LevelResult:
+    """The run with the median tokens/s (the lower one of an even count)."""
+    ordered = sorted(runs, key=lambda r: r.tokens_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def system_prompt(run: str, i: int) -> str:
     # Distinct from the first token on, so no two prompts (or runs) share a cached prefix
     # beyond the template's own opening.
@@ -189,6 +195,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=16, help="llama-server slots (-np) each")
     parser.add_argument("--prefixes", type=int, default=16, help="system prompts, cache run")
     parser.add_argument("--per-prefix", type=int, default=4, help="questions per system prompt")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; the median run is kept")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     if not Path(args.server).exists():
@@ -222,6 +229,7 @@ def main() -> None:
             "slots_per_server": args.slots,
             "max_tokens": args.max_tokens,
             "levels": levels,
+            "repeat": args.repeat,
             "prefixes": args.prefixes,
             "per_prefix": args.per_prefix,
         },
@@ -255,11 +263,13 @@ async def measure(
     try:
         for p, model in enumerate(models.values()):  # connections, templates, every slot
             await run_level("warm-up", model, max(levels), f"w{p:02d}")
-        table = [
-            await run_level(name, model, n, f"{p}{n:02d}")
-            for n in levels
-            for p, (name, model) in enumerate(models.items())
-        ]
+        runs: dict[tuple[str, int], list[LevelResult]] = {}
+        for r in range(args.repeat):  # peers alternate at every level of every round
+            for n in levels:
+                for p, (name, model) in enumerate(models.items()):
+                    result = await run_level(name, model, n, f"{r}{p}{n:02d}")
+                    runs.setdefault((name, n), []).append(result)
+        table = [median_run(results) for results in runs.values()]
         cache = [
             await cache_run(urls, affinity, args.prefixes, args.per_prefix)
             for affinity in (True, False)
