@@ -13,12 +13,12 @@ streams at once (``astream``), alternating at every level:
 
 Reported: aggregate generated tokens/s and mean time to the first token, with ratios to
 ``ChatOpenAI`` (``--repeat K``: K rounds, the run with the median tokens/s kept). Then the
-cache run: ``--prefixes`` distinct system prompts times ``--per-prefix`` questions, in a shuffled order, four at a time, over the two-server fleet with
-affinity on and off (a fresh prompt set for each, so neither inherits the other's
-cache). The servers keep their default host-memory prompt cache (``--cache-ram``), so a prefix
-once seen stays cached on that server: what affinity saves is the cold miss of each prefix on
-every further server that sees it. The hit rate is cached prompt tokens over prompt tokens,
-from llama-server's own per-request counts.
+cache run: ``--prefixes`` distinct system prompts times ``--per-prefix`` questions, in a
+shuffled order, four at a time, over the two-server fleet with affinity on and off (a fresh
+prompt set for each, so neither inherits the other's cache). The servers keep their default
+host-memory prompt cache (``--cache-ram``), so a prefix once seen stays cached on that server:
+what affinity saves is the cold miss of each prefix on every further server that sees it. The
+hit rate is cached prompt tokens over prompt tokens, from llama-server's own per-request counts.
 
     python benchmarks/remote.py --server .cache/llama-server/build/bin/llama-server
 """
