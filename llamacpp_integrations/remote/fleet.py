@@ -28,6 +28,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapp
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pydantic import SecretStr
+
 from ..engine.interface import InferenceEngine, PromptRequest
 from ..engine.types import (
     ChatRequest,
@@ -103,7 +105,7 @@ class FleetEngine:
         base_urls: Sequence[str],
         *,
         embeddings_url: str | None = None,
-        api_key: str | None = None,
+        api_key: str | SecretStr | None = None,
         timeout: float = 600.0,
         allow_untested_build: bool = False,
         probe_interval: float = 5.0,
