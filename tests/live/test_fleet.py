@@ -157,3 +157,15 @@ def test_a_dead_server_found_before_the_first_token_is_retried_elsewhere(
             assert sum(s.requests for s in states.values()) == 2  # the refused try, the retry
         finally:
             process.start()
+
+
+def test_adapters_take_a_list_of_urls_as_a_fleet(servers: list[LlamaServerProcess]) -> None:
+    from llamacpp_integrations.langchain import ChatLlamaCpp
+
+    llm = ChatLlamaCpp(base_url=[s.url for s in servers], temperature=0, max_tokens=8)
+    message = llm.invoke([("system", SYSTEM), ("user", "Where is the paint?")])
+    assert message.usage_metadata is not None
+    assert message.usage_metadata["output_tokens"] >= 1
+    engine = llm.binding.get()
+    assert isinstance(engine, FleetEngine)
+    assert sum(s.requests for s in engine.servers()) == 1
