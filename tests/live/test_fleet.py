@@ -8,14 +8,15 @@ on its port. Needs the llama-server binary (``make llama-server``); skipped with
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
-from llamacpp_integrations.errors import LlamaCppIntegrationError
+from llamacpp_integrations.errors import LlamaCppIntegrationError, ServerUnavailableError
 from llamacpp_integrations.remote.fleet import FleetEngine
 from llamacpp_integrations.remote.routing import ServerState
 from tests.fixtures.llama_servers import LlamaServerProcess, llama_server_binary
@@ -99,24 +100,49 @@ def test_one_system_prompt_sticks_to_one_server_and_hits_its_cache(fleet: FleetE
     assert fleet.stats().cache_hit_rate is not None
 
 
+def read_until_failure(
+    fleet: FleetEngine, request: ChatRequest, on_first: Callable[[], None], *, use_async: bool
+) -> tuple[list[str], BaseException | None]:
+    """The stream's texts, calling ``on_first`` after the first one, and how it ended."""
+    received: list[str] = []
+
+    def take(text: str) -> None:
+        received.append(text)
+        if len(received) == 1:
+            on_first()
+
+    async def read_async() -> None:
+        async for chunk in fleet.astream(request):
+            take(chunk.text)
+
+    try:
+        if use_async:
+            asyncio.run(read_async())
+        else:
+            for chunk in fleet.stream(request):
+                take(chunk.text)
+    except LlamaCppIntegrationError as error:
+        return received, error
+    return received, None
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["stream", "astream"])
 def test_a_killed_server_fails_its_stream_is_ejected_and_readmitted(
-    fleet: FleetEngine, servers: list[LlamaServerProcess]
+    fleet: FleetEngine, servers: list[LlamaServerProcess], use_async: bool
 ) -> None:
     # ignore_eos: the stream runs to max_tokens, well past the kill.
     request = ask("Describe every aisle in detail.", max_tokens=400, ignore_eos=True)
     owner = fleet.route(request)
+    assert owner is not None
     process = next(s for s in servers if s.url == owner)
     before = {url: s.requests for url, s in by_url(fleet).items()}
 
     # Kill the owner once the stream has delivered text: the caller gets a typed error, and
     # no other server is asked to take the request over.
-    received: list[str] = []
-    with pytest.raises(LlamaCppIntegrationError):
-        for chunk in fleet.stream(request):
-            received.append(chunk.text)
-            if len(received) == 1:
-                process.kill()
+    received, error = read_until_failure(fleet, request, process.kill, use_async=use_async)
     assert received, "the stream delivered nothing before the kill"
+    assert isinstance(error, ServerUnavailableError), error
+    assert not error.retryable
     after = by_url(fleet)
     assert {url: s.requests for url, s in after.items()} == {
         url: n + (url == owner) for url, n in before.items()
@@ -146,6 +172,7 @@ def test_a_dead_server_found_before_the_first_token_is_retried_elsewhere(
     with FleetEngine([s.url for s in servers], probe_interval=3600, cooldown=3600) as fleet:
         request = ask("Where are the shovels?", system="A different prompt: answer tersely.")
         owner = fleet.route(request)
+        assert owner is not None
         process = next(s for s in servers if s.url == owner)
         process.kill()
         try:

@@ -130,7 +130,7 @@ def members() -> dict[str, FakeMember]:
 @pytest.fixture
 def fleet(members: dict[str, FakeMember]) -> Generator[FleetEngine, None, None]:
     # A long probe interval: the background prober stays out of these tests' way.
-    engine = FleetEngine.from_engines(members, probe_interval=3600, cooldown=0.0)  # type: ignore[arg-type]
+    engine = FleetEngine.from_engines(members, probe_interval=3600, cooldown=0.0)
     yield engine
     engine.close()
 
@@ -219,7 +219,7 @@ def test_one_system_prompt_sticks_to_one_server(
 
 
 def test_affinity_off_spreads_requests(members: dict[str, FakeMember]) -> None:
-    engine = FleetEngine.from_engines(members, probe_interval=3600, affinity=False)  # type: ignore[arg-type]
+    engine = FleetEngine.from_engines(members, probe_interval=3600, affinity=False)
     try:
         for i in range(6):
             engine.generate(chat("shared system prompt", f"question {i}"))
@@ -319,7 +319,7 @@ def test_a_refused_api_key_ends_the_request_and_ejects_nobody(
         raise ServerUnavailableError("refused the API key (401)", url=owner, retryable=False)
         yield
 
-    members[owner].stream = refused  # type: ignore[method-assign]
+    members[owner].stream = refused  # type: ignore[method-assign,assignment]
     with pytest.raises(ServerUnavailableError, match="API key"):
         fleet.generate(request)
     assert all(s.status == "healthy" and s.in_flight == 0 for s in fleet.servers())
@@ -405,7 +405,7 @@ def test_request_errors_do_not_eject(fleet: FleetEngine, members: dict[str, Fake
         raise RequestCancelledError("cancelled")
         yield  # a generator, as stream is
 
-    members[owner].stream = cancelled  # type: ignore[method-assign]
+    members[owner].stream = cancelled  # type: ignore[method-assign,assignment]
     with pytest.raises(RequestCancelledError):
         fleet.generate(request)
     assert all(s.status == "healthy" and s.in_flight == 0 for s in fleet.servers())
@@ -444,7 +444,7 @@ def test_an_error_about_another_server_ejects_nobody(
 
 
 def test_close_stops_probes_and_closes_members(members: dict[str, FakeMember]) -> None:
-    engine = FleetEngine.from_engines(members, probe_interval=0.05)  # type: ignore[arg-type]
+    engine = FleetEngine.from_engines(members, probe_interval=0.05)
     engine.close()
     assert engine.closed
     assert all(m.closed for m in members.values())
@@ -456,7 +456,7 @@ def test_close_stops_probes_and_closes_members(members: dict[str, FakeMember]) -
 def test_background_probes_readmit(members: dict[str, FakeMember]) -> None:
     import time
 
-    engine = FleetEngine.from_engines(members, probe_interval=0.05, cooldown=0.05)  # type: ignore[arg-type]
+    engine = FleetEngine.from_engines(members, probe_interval=0.05, cooldown=0.05)
     try:
         members[URLS[0]].down = True
         # The prober ejects it; once it answers again the prober readmits it.
