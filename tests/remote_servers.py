@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_SERVER = Path(
@@ -68,24 +70,29 @@ def llama_server(model: Path, args: Sequence[str] = ()) -> Iterator[str]:
         "0",
         *args,
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not _healthy(url):
-            if process.poll() is not None:
-                error = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                raise RuntimeError(f"llama-server exited ({process.returncode}): {error[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server at {url} was not healthy in time")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
+    # The server logs every request: into a file, since a pipe nobody reads fills up and then
+    # blocks the server mid-request.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        with suppress(Exception):
-            if process.stderr:
-                process.stderr.close()
+            _wait_healthy(url, process, log)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not _healthy(url):
+        if process.poll() is not None:
+            log.seek(0)
+            error = log.read().decode(errors="replace")
+            raise RuntimeError(f"llama-server exited ({process.returncode}): {error[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"llama-server at {url} was not healthy in time")
+        time.sleep(0.1)

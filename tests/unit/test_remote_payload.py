@@ -185,3 +185,36 @@ def test_server_description_and_stats() -> None:
         [{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}], metrics
     )
     assert (stats.running, stats.waiting, stats.steps, len(stats.slots)) == (1, 2, 40, 2)
+
+
+def test_the_api_key_is_a_bearer_token_and_stays_secret() -> None:
+    from pydantic import SecretStr
+
+    from llamacpp_integrations.remote import RemoteEngine, connect
+
+    engine = RemoteEngine(URL, api_key="s3cret", embeddings_url=URL + "1")
+    assert "s3cret" not in repr(engine) and "s3cret" not in repr(vars(engine))
+    for transport in (engine._gen, engine._emb):
+        assert transport.client().headers["Authorization"] == "Bearer s3cret"
+    engine.close()
+    assert engine.closed
+    keyed = connect(URL, api_key=SecretStr("k"))
+    assert isinstance(keyed, RemoteEngine)
+    with pytest.raises(InvalidRequestError):
+        RemoteEngine("localhost:8080")
+
+
+def test_adapters_take_a_base_url_without_a_model() -> None:
+    from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
+    from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
+    from llamacpp_integrations.remote import RemoteEngine
+
+    for adapter in (
+        ChatLlamaCpp(base_url=URL, api_key="k"),
+        LlamaCppEmbeddings(base_url=URL, embeddings_url=URL + "1"),
+        LlamaCpp(base_url=URL),
+        LlamaCppEmbedding(base_url=URL),
+    ):
+        engine = adapter.binding.loaded()  # made, not contacted
+        assert isinstance(engine, RemoteEngine) and engine.base_url == URL
+        assert "api_key" not in adapter.model_dump()
