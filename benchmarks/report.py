@@ -315,7 +315,9 @@ def remote_section(found: dict[str, dict[str, Any]], headline: list[str]) -> lis
     if document is None:
         return []
     settings = document["settings"]
-    placed = {**document, "settings": {**settings, "threads": settings["threads_per_server"]}}
+    threads = settings["threads_per_server"]
+    placed = {**document, "settings": {**settings, "threads": threads}}
+    machine = where(placed).replace(f"{threads} threads", f"{threads} thread per server")
     base = {r["concurrent"]: r for r in document["levels"] if r["peer"].startswith("ChatOpenAI")}
     lines = [
         "## Remote",
@@ -323,7 +325,7 @@ def remote_section(found: dict[str, dict[str, Any]], headline: list[str]) -> lis
         "Our `ChatLlamaCpp` over llama-server's native API (`RemoteEngine`, and a `FleetEngine` "
         "of two servers) beside `langchain_openai.ChatOpenAI` on the same server's `/v1`, one "
         "thread per server, since two servers of two threads would oversubscribe two cores "
-        f"({where(placed)}; {settings['slots_per_server']} slots per server; "
+        f"({machine}; {settings['slots_per_server']} slots per server; "
         f"{settings['max_tokens']} tokens per request, greedy; the median of "
         f"{settings.get('repeat', 1)} rounds):",
         "",
@@ -338,6 +340,12 @@ def remote_section(found: dict[str, dict[str, Any]], headline: list[str]) -> lis
             f"| {row['mean_ttft_s'] * 1000:.0f} ms "
             f"| {row['mean_ttft_s'] / peer['mean_ttft_s']:.2f}x |"
         )
+    lines += [
+        "",
+        "The two servers of the fleet have one core each and nothing to spare, so anything else "
+        "running on the machine shows in the fleet's figures first; they move more from run to "
+        "run than the single server's.",
+    ]
     fleet = [r for r in document["levels"] if "fleet" in r["peer"]]
     headline.append(
         "| generated tokens/s, two-server fleet vs `ChatOpenAI` on one server, "
