@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server soak fuzz test-live record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-remote soak fuzz test-live record-cassettes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +108,11 @@ llama-server: $(LLAMA_SERVER)
 bench-server: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)
 
+# Our adapter over RemoteEngine and a two-server FleetEngine beside ChatOpenAI on llama-server,
+# and the fleet's prompt-cache hit rate with affinity on and off (a few minutes).
+bench-remote: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
+
 # The remote engine's tests (the "remote" variants, on a RemoteEngine) against live llama-servers
 # started on free loopback ports; `make test` replays them from tests/cassettes/ instead.
 REMOTE_TESTS := tests/integration/test_logprobs.py tests/integration/test_structured.py \
@@ -118,6 +123,7 @@ export LLAMACPP_INTEGRATIONS_LLAMA_SERVER ?= $(CURDIR)/$(LLAMA_SERVER)
 
 test-live: models $(LLAMA_SERVER)
 	$(BIN)/pytest $(REMOTE_TESTS) -k remote --disable-recording
+	$(BIN)/pytest tests/live
 
 # Record the cassettes again (after a change to what the remote engine sends, or a new tested
 # server build); commit tests/cassettes/ with the change.

@@ -310,6 +310,69 @@ def loop_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[
     return [*lines, ""]
 
 
+def remote_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    document = found.get("remote")
+    if document is None:
+        return []
+    settings = document["settings"]
+    threads = settings["threads_per_server"]
+    placed = {**document, "settings": {**settings, "threads": threads}}
+    machine = where(placed).replace(f"{threads} threads", f"{threads} thread per server")
+    base = {r["concurrent"]: r for r in document["levels"] if r["peer"].startswith("ChatOpenAI")}
+    lines = [
+        "## Remote",
+        "",
+        "Our `ChatLlamaCpp` over llama-server's native API (`RemoteEngine`, and a `FleetEngine` "
+        "of two servers) beside `langchain_openai.ChatOpenAI` on the same server's `/v1`, one "
+        "thread per server, since two servers of two threads would oversubscribe two cores "
+        f"({machine}; {settings['slots_per_server']} slots per server; "
+        f"{settings['max_tokens']} tokens per request, greedy; the median of "
+        f"{settings.get('repeat', 1)} rounds):",
+        "",
+        "| peer | concurrent | tok/s | ratio | mean TTFT | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in document["levels"]:
+        peer = base[row["concurrent"]]
+        lines.append(
+            f"| {row['peer']} | {row['concurrent']} | {row['tokens_per_s']:.1f} "
+            f"| {row['tokens_per_s'] / peer['tokens_per_s']:.2f}x "
+            f"| {row['mean_ttft_s'] * 1000:.0f} ms "
+            f"| {row['mean_ttft_s'] / peer['mean_ttft_s']:.2f}x |"
+        )
+    lines += [
+        "",
+        "The two servers of the fleet have one core each and nothing to spare, so anything else "
+        "running on the machine shows in the fleet's figures first; they move more from run to "
+        "run than the single server's.",
+    ]
+    fleet = [r for r in document["levels"] if "fleet" in r["peer"]]
+    headline.append(
+        "| generated tokens/s, two-server fleet vs `ChatOpenAI` on one server, "
+        + "/".join(str(r["concurrent"]) for r in fleet)
+        + " concurrent | "
+        + " / ".join(
+            f"{r['tokens_per_s'] / base[r['concurrent']]['tokens_per_s']:.2f}x" for r in fleet
+        )
+        + " |"
+    )
+    lines += [
+        "",
+        f"Prompt-cache hit rate of the two-server fleet ({settings['prefixes']} system prompts "
+        f"times {settings['per_prefix']} questions, shuffled, four at a time; cached prompt "
+        "tokens over prompt tokens, as the servers count them):",
+        "",
+        "| routing | hit rate | requests per server |",
+        "|---|---:|---|",
+    ]
+    for run in document["cache"]:
+        name = "prefix affinity" if run["affinity"] else "least-loaded"
+        per_server = ", ".join(str(s["requests"]) for s in run["servers"])
+        lines.append(f"| {name} | {run['hit_rate']:.1%} | {per_server} |")
+        headline.append(f"| fleet prompt-cache hit rate, {name} | {run['hit_rate']:.1%} |")
+    return [*lines, ""]
+
+
 def render() -> str:
     found = load()
     headline: list[str] = []
@@ -318,6 +381,7 @@ def render() -> str:
         *embeddings_section(found, headline),
         *images_section(found, headline),
         *loop_section(found, headline),
+        *remote_section(found, headline),
     ]
     page = [
         "# Benchmarks",

@@ -2,7 +2,8 @@
 
 ``RemoteEngine`` drives one server over its native API (our prompts, grammars, logprobs,
 images and embeddings); ``connect`` makes the engine a URL (or several) names, for adapters'
-``base_url=``. Needs the ``remote`` extra (httpx).
+``base_url=``; ``FleetEngine`` routes over several servers by prompt-prefix affinity. Needs the
+``remote`` extra (httpx).
 """
 
 from __future__ import annotations
@@ -10,5 +11,7 @@ from __future__ import annotations
 from .builds import TESTED_BUILDS
 from .connect import connect
 from .engine import RemoteEngine
+from .fleet import FleetEngine, FleetStats
+from .routing import ServerState
 
-__all__ = ["TESTED_BUILDS", "RemoteEngine", "connect"]
+__all__ = ["TESTED_BUILDS", "FleetEngine", "FleetStats", "RemoteEngine", "ServerState", "connect"]

@@ -1,0 +1,538 @@
+"""``FleetEngine``: one engine over several llama-servers, routed by prompt-prefix affinity.
+
+Each server is a ``RemoteEngine``; ``routing.Router`` decides which one takes a request and
+keeps every server's load and health. Generation routes by the request's affinity key
+(``affinity.affinity_key``: a chat's system messages and tools, a raw prompt's first
+characters), so requests sharing a prompt prefix land where it is cached.
+
+Retries: a request that fails before its first chunk reached the caller, with an error the
+server marks ``retryable`` (connection refused, 5xx, 503 while loading), goes to another healthy
+server, each server tried at most once. Once a chunk was delivered the error reaches the caller
+as it is (the text already shown cannot be taken back); the server is ejected either way.
+
+Health: a daemon thread probes ``/health`` (``RemoteEngine.health``) of healthy servers every
+``probe_interval`` seconds and of ejected ones once their ``cooldown`` is over, readmitting those
+that answer. It stops on ``close()`` (or when the fleet is garbage-collected). When no server is
+healthy, a request first probes the ejected servers whose cooldown is over, then fails with
+``ServerUnavailableError``.
+
+Calls that are not generation (tokens, templates, model info, embeddings) go to the first
+healthy server, trying the next on a server failure.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from pydantic import SecretStr
+
+from ..engine.interface import InferenceEngine, PromptRequest
+from ..engine.types import (
+    ChatRequest,
+    Completion,
+    GenerationRequest,
+    ModelInfo,
+    StreamChunk,
+    Timings,
+    Usage,
+)
+from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
+from .affinity import affinity_key
+from .routing import Router, ServerState
+
+__all__ = ["FleetEngine", "FleetStats", "MemberEngine"]
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class MemberEngine(InferenceEngine, Protocol):
+    """What a fleet member is: an engine that can say whether its server is up."""
+
+    def health(self) -> bool:
+        """True when the server answers ``/health`` with OK."""
+        ...
+
+    async def ahealth(self) -> bool:
+        """Async ``health``."""
+        ...
+
+
+@dataclass(frozen=True)
+class FleetStats:
+    """A fleet's servers as the router sees them, and how it routes.
+
+    Attributes:
+        servers: Every server's health, load and counts, in the order given.
+        affinity: Whether requests are routed by affinity key (else least-loaded).
+        load_factor: How far above the average load one server may go for its keys.
+    """
+
+    servers: tuple[ServerState, ...]
+    affinity: bool
+    load_factor: float
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Cached prompt tokens over prompt tokens, over every server."""
+        prompt = sum(s.prompt_tokens for s in self.servers)
+        cached = sum(s.cached_prompt_tokens for s in self.servers)
+        return cached / prompt if prompt else None
+
+
+class FleetEngine:
+    """Several llama-servers serving one model, as one ``InferenceEngine``.
+
+    Args:
+        base_urls: The servers' base URLs (a single gateway URL is a fleet of one).
+        embeddings_url: An ``--embeddings`` server every member sends embeddings to.
+        api_key: Bearer key sent to every server.
+        timeout: Seconds one HTTP request may take.
+        allow_untested_build: Use servers whose build this package was not tested against.
+        probe_interval: Seconds between ``/health`` probes of one server.
+        cooldown: Seconds an ejected server stays out before a successful probe readmits it.
+        load_factor: How far above the average in-flight load a server may go before a key it
+            owns spills over to the next server on the ring (``>= 1``).
+        affinity: Route by the prompt prefix (``False``: to the least-loaded server).
+    """
+
+    def __init__(
+        self,
+        base_urls: Sequence[str],
+        *,
+        embeddings_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        timeout: float = 600.0,
+        allow_untested_build: bool = False,
+        probe_interval: float = 5.0,
+        cooldown: float = 10.0,
+        load_factor: float = 1.25,
+        affinity: bool = True,
+    ) -> None:
+        from .engine import RemoteEngine  # httpx is imported only when a fleet is built
+
+        if isinstance(base_urls, str):
+            base_urls = [base_urls]
+        if not all(isinstance(url, str) for url in base_urls):
+            raise InvalidRequestError("base_urls must be URLs (strings)")
+        urls = [url.rstrip("/") for url in base_urls]
+        if len(set(urls)) != len(urls):
+            raise InvalidRequestError(f"a server is given twice in {urls}")
+        members: dict[str, MemberEngine] = {}
+        for url in urls:
+            members[url] = RemoteEngine(
+                url,
+                embeddings_url=embeddings_url,
+                api_key=api_key,
+                timeout=timeout,
+                allow_untested_build=allow_untested_build,
+            )
+        self._setup(
+            members,
+            probe_interval=probe_interval,
+            cooldown=cooldown,
+            load_factor=load_factor,
+            affinity=affinity,
+        )
+
+    @classmethod
+    def from_engines(
+        cls,
+        members: Mapping[str, MemberEngine],
+        *,
+        probe_interval: float = 5.0,
+        cooldown: float = 10.0,
+        load_factor: float = 1.25,
+        affinity: bool = True,
+    ) -> FleetEngine:
+        """A fleet over engines you built (by URL): remote engines with other settings each,
+        or stand-ins in tests."""
+        fleet = cls.__new__(cls)
+        fleet._setup(
+            dict(members),
+            probe_interval=probe_interval,
+            cooldown=cooldown,
+            load_factor=load_factor,
+            affinity=affinity,
+        )
+        return fleet
+
+    def _setup(
+        self,
+        members: dict[str, MemberEngine],
+        *,
+        probe_interval: float,
+        cooldown: float,
+        load_factor: float,
+        affinity: bool,
+    ) -> None:
+        self._members = members
+        self._router = Router(
+            list(members),
+            load_factor=load_factor,
+            cooldown=cooldown,
+            probe_interval=probe_interval,
+            affinity=affinity,
+        )
+        self._closed = False
+        self._info: ModelInfo | None = None
+        self._stop = threading.Event()
+        # The prober holds the router and the members, never the fleet: a fleet nobody
+        # references is collected, and its finalizer stops the thread.
+        tick = max(0.05, min(1.0, probe_interval / 4, cooldown / 4 if cooldown else 1.0))
+        self._prober = threading.Thread(
+            target=_probe_loop,
+            args=(self._router, members, self._stop, tick),
+            name="fleet-health-probes",
+            daemon=True,
+        )
+        self._finalizer = weakref.finalize(self, _shut, self._stop, list(members.values()))
+        self._prober.start()
+
+    # ---- state -------------------------------------------------------------------------------
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The servers' base URLs, in the order given."""
+        return self._router.urls
+
+    def member(self, url: str) -> MemberEngine:
+        """The engine serving ``url``."""
+        return self._members[url]
+
+    def servers(self) -> tuple[ServerState, ...]:
+        """Every server's health (healthy or ejected), in-flight requests, requests, failures
+        and prompt-cache counts."""
+        return self._router.states()
+
+    def stats(self) -> FleetStats:
+        """The servers' states and the routing settings."""
+        return FleetStats(
+            servers=self._router.states(),
+            affinity=self._router.affinity,
+            load_factor=self._router.load_factor,
+        )
+
+    def route(self, request: GenerationRequest) -> str | None:
+        """The server a request would go to now (nothing is sent)."""
+        return self._router.pick(affinity_key(request))
+
+    def health(self) -> bool:
+        """Probe every server now; True when at least one is healthy."""
+        self._check_open()
+        for url, member in self._members.items():
+            self._router.probe_result(url, _safe_health(member))
+        return bool(self._router.healthy())
+
+    async def ahealth(self) -> bool:
+        """Async ``health``."""
+        self._check_open()
+        for url, member in self._members.items():
+            self._router.probe_result(url, await _safe_ahealth(member))
+        return bool(self._router.healthy())
+
+    @property
+    def info(self) -> ModelInfo:
+        """The model as the first server that answers describes it (all serve one model)."""
+        if self._info is None:
+            self._info = self._any(lambda member: member.info)
+        return self._info
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def media_marker(self) -> str | None:
+        return self._any(lambda member: member.media_marker)
+
+    def close(self) -> None:
+        """Stop the probes and close every member; running requests end as theirs do."""
+        self._closed = True
+        self._finalizer()
+        if self._prober.is_alive() and self._prober is not threading.current_thread():
+            self._prober.join(timeout=5)
+
+    def __enter__(self) -> FleetEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosedError("the fleet engine is closed")
+
+    # ---- tokens and prompts (any healthy server) ------------------------------------------
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        return self._any(
+            lambda m: m.tokenize(text, add_special=add_special, parse_special=parse_special)
+        )
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return self._any(lambda m: m.detokenize(tokens, special=special))
+
+    def render_chat(self, request: ChatRequest) -> str:
+        return self._any(lambda m: m.render_chat(request))
+
+    def count_prompt_tokens(self, request: PromptRequest) -> int:
+        return self._any(lambda m: m.count_prompt_tokens(request))
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        return self._any(
+            lambda m: m.embed(texts, normalize=normalize, truncate=truncate, timeout=timeout)
+        )
+
+    async def aembed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:
+        return await self._aany(
+            lambda m: m.aembed(texts, normalize=normalize, truncate=truncate, timeout=timeout)
+        )
+
+    def _any(self, call: Callable[[MemberEngine], T]) -> T:
+        self._check_open()
+        tried: set[str] = set()
+        while True:
+            url = self._next_healthy(tried)
+            try:
+                return call(self._members[url])
+            except ServerUnavailableError as error:
+                if not self._blame(url, error):
+                    raise
+                tried.add(url)
+
+    async def _aany(self, call: Callable[[MemberEngine], Awaitable[T]]) -> T:
+        self._check_open()
+        tried: set[str] = set()
+        while True:
+            url = self._next_healthy(tried)
+            try:
+                return await call(self._members[url])
+            except ServerUnavailableError as error:
+                if not self._blame(url, error):
+                    raise
+                tried.add(url)
+
+    def _next_healthy(self, tried: set[str]) -> str:
+        healthy = [url for url in self._router.healthy() if url not in tried]
+        if not healthy and not tried:
+            self._probe_due()
+            healthy = self._router.healthy()
+        if not healthy:
+            raise self._exhausted(tried)
+        return healthy[0]
+
+    def _blame(self, url: str, error: ServerUnavailableError) -> bool:
+        """Eject ``url`` if ``error`` is about it (not about the embeddings server, say);
+        True when another member may try."""
+        if error.url.rstrip("/") != url or not error.retryable:
+            return False
+        self._router.eject(url, str(error))
+        return error.retryable
+
+    # ---- generation (routed, retried before the first chunk) --------------------------------
+
+    def _acquire(self, key: str | None, tried: set[str]) -> str:
+        self._check_open()
+        url = self._router.pick(key, exclude=tried)
+        if url is None and not tried:
+            self._probe_due()
+            url = self._router.pick(key, exclude=tried)
+        if url is None:
+            raise self._exhausted(tried)
+        self._router.start(url)
+        return url
+
+    async def _aacquire(self, key: str | None, tried: set[str]) -> str:
+        self._check_open()
+        url = self._router.pick(key, exclude=tried)
+        if url is None and not tried:
+            for due in self._router.due_probes():
+                self._router.probe_result(due, await _safe_ahealth(self._members[due]))
+            url = self._router.pick(key, exclude=tried)
+        if url is None:
+            raise self._exhausted(tried)
+        self._router.start(url)
+        return url
+
+    def _probe_due(self) -> None:
+        for url in self._router.due_probes():
+            self._router.probe_result(url, _safe_health(self._members[url]))
+
+    def _exhausted(self, tried: set[str]) -> ServerUnavailableError:
+        states = ", ".join(f"{s.url} ({s.status}: {s.last_error})" for s in self.servers())
+        what = "every server failed this request" if tried else "no server is healthy"
+        return ServerUnavailableError(
+            f"{what}: {states}", url=",".join(self._router.urls), retryable=True
+        )
+
+    def _fail(self, url: str, error: ServerUnavailableError, *, delivered: bool) -> None:
+        # A server that broke off a stream, or could not take a request another may take, is
+        # ejected. An error before any output that no other server would fix either (the API
+        # key refused: the same key goes everywhere) ends the request but ejects nobody.
+        if delivered or error.retryable:
+            self._router.fail(url, str(error))
+        else:
+            self._router.finish(url)
+
+    def _finish(self, url: str, usage: Usage | None) -> None:
+        if usage is None:
+            self._router.finish(url)
+        else:
+            self._router.finish(
+                url,
+                prompt_tokens=usage.prompt_tokens,
+                cached_prompt_tokens=usage.cached_prompt_tokens,
+            )
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        # Collected from the fleet's own stream, so a server breaking off an answer is told
+        # apart from one refusing it (both are "not retryable" to a caller of generate).
+        collected = _Collected(request)
+        for chunk in self.stream(request):
+            collected.add(chunk)
+        return collected.completion()
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        collected = _Collected(request)
+        chunks = self.astream(request)
+        try:
+            async for chunk in chunks:
+                collected.add(chunk)
+        finally:
+            await chunks.aclose()
+        return collected.completion()
+
+    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        key = affinity_key(request)
+        tried: set[str] = set()
+        while True:
+            url = self._acquire(key, tried)
+            chunks = self._members[url].stream(request)
+            delivered = False
+            usage: Usage | None = None
+            try:
+                for chunk in chunks:
+                    usage = chunk.usage or usage
+                    delivered = True
+                    yield chunk
+            except ServerUnavailableError as error:
+                self._fail(url, error, delivered=delivered)
+                if delivered or not error.retryable:
+                    raise
+                tried.add(url)
+                continue
+            except BaseException:  # the caller left (GeneratorExit), a typed request error...
+                self._router.finish(url)
+                raise
+            finally:
+                chunks.close()
+            self._finish(url, usage)
+            return
+
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        key = affinity_key(request)
+        tried: set[str] = set()
+        while True:
+            url = await self._aacquire(key, tried)
+            chunks = self._members[url].astream(request)
+            delivered = False
+            usage: Usage | None = None
+            try:
+                async for chunk in chunks:
+                    usage = chunk.usage or usage
+                    delivered = True
+                    yield chunk
+            except ServerUnavailableError as error:
+                self._fail(url, error, delivered=delivered)
+                if delivered or not error.retryable:
+                    raise
+                tried.add(url)
+                continue
+            except BaseException:
+                self._router.finish(url)
+                raise
+            finally:
+                await chunks.aclose()
+            self._finish(url, usage)
+            return
+
+
+class _Collected:
+    """A whole answer from its chunks (the last one carries finish reason, usage, timings)."""
+
+    def __init__(self, request: GenerationRequest) -> None:
+        self.request = request
+        self.chunks: list[StreamChunk] = []
+
+    def add(self, chunk: StreamChunk) -> None:
+        self.chunks.append(chunk)
+
+    def completion(self) -> Completion:
+        last = self.chunks[-1] if self.chunks else None
+        if last is None or last.finish_reason is None or last.usage is None:
+            raise ServerUnavailableError(
+                "the answer ended without its last chunk", url="", retryable=False
+            )
+        return Completion(
+            request_id=self.request.request_id,
+            text="".join(c.text for c in self.chunks),
+            token_ids=tuple(t for c in self.chunks for t in c.token_ids),
+            finish_reason=last.finish_reason,
+            usage=last.usage,
+            timings=last.timings or Timings(0.0, None, 0.0, 0.0, 0.0),
+            logprobs=None
+            if self.request.logprobs is None
+            else tuple(lp for c in self.chunks for lp in c.logprobs),
+            reasoning="".join(c.reasoning for c in self.chunks),
+        )
+
+
+def _safe_health(member: MemberEngine) -> bool:
+    try:
+        return bool(member.health())
+    except Exception:  # a probe that raises is a failed probe, whatever it raised
+        return False
+
+
+async def _safe_ahealth(member: MemberEngine) -> bool:
+    try:
+        return bool(await member.ahealth())
+    except Exception:
+        return False
+
+
+def _probe_loop(
+    router: Router, members: Mapping[str, MemberEngine], stop: threading.Event, tick: float
+) -> None:
+    while not stop.wait(tick):
+        for url in router.due_probes():
+            if stop.is_set():
+                return
+            router.probe_result(url, _safe_health(members[url]))
+
+
+def _shut(stop: threading.Event, members: list[Any]) -> None:
+    stop.set()
+    for member in members:
+        member.close()

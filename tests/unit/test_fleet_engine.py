@@ -1,0 +1,475 @@
+"""``FleetEngine`` over stand-in members: routing by affinity key, retries only before the
+first chunk, ejection and readmission, stats. The live fleet test runs real llama-servers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Generator, Sequence
+
+import pytest
+
+from llamacpp_integrations.engine.types import (
+    ChatMessage,
+    ChatRequest,
+    Completion,
+    CompletionRequest,
+    GenerationRequest,
+    ImageInput,
+    ModelInfo,
+    StreamChunk,
+    Timings,
+    Usage,
+)
+from llamacpp_integrations.errors import (
+    EngineClosedError,
+    RequestCancelledError,
+    ServerUnavailableError,
+)
+from llamacpp_integrations.remote.affinity import PREFIX_CHARS, affinity_key
+from llamacpp_integrations.remote.fleet import FleetEngine, MemberEngine
+
+URLS = ["http://a:1", "http://b:2", "http://c:3"]
+TIMINGS = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+class FakeMember:
+    """A server: ``down`` refuses before the first chunk; ``die_after`` fails mid-stream."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.down = False
+        self.die_after: int | None = None
+        self.calls = 0
+        self.closed = False
+        self.media_marker: str | None = "<__media__>"
+
+    @property
+    def info(self) -> ModelInfo:
+        self._refuse()
+        return ModelInfo(
+            path=self.url, name="fake", architecture="llama", description="", n_ctx_train=1,
+            n_ctx_per_seq=1, n_embd=1, n_vocab=1, n_params=1, size_bytes=1, chat_template=None,
+        )  # fmt: skip
+
+    def _refuse(self) -> None:
+        if self.down:
+            raise ServerUnavailableError("connection refused", url=self.url, retryable=True)
+
+    def health(self) -> bool:
+        return not self.down
+
+    async def ahealth(self) -> bool:
+        return not self.down
+
+    def close(self) -> None:
+        self.closed = True
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        self._refuse()
+        return [len(text)]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        self._refuse()
+        return self.url
+
+    def render_chat(self, request: ChatRequest) -> str:
+        self._refuse()
+        return self.url
+
+    def count_prompt_tokens(self, request: object) -> int:
+        self._refuse()
+        return 7
+
+    def _chunks(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        self.calls += 1
+        self._refuse()
+        for i in range(3):
+            if self.die_after is not None and i == self.die_after:
+                raise ServerUnavailableError("connection reset", url=self.url, retryable=False)
+            yield StreamChunk(request.request_id, f"{self.url}#{i} ")
+        yield StreamChunk(
+            request.request_id, "", finish_reason="stop", usage=Usage(10, 3, 8), timings=TIMINGS
+        )
+
+    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        return self._chunks(request)
+
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        for chunk in self._chunks(request):
+            await asyncio.sleep(0)
+            yield chunk
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        text = "".join(c.text for c in self._chunks(request))
+        return Completion(request.request_id, text, (), "stop", Usage(10, 3, 8), TIMINGS)
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        return self.generate(request)
+
+    def embed(
+        self, texts: Sequence[str], *, normalize: bool = True, truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:  # fmt: skip
+        self._refuse()
+        return [[1.0] for _ in texts]
+
+    async def aembed(
+        self, texts: Sequence[str], *, normalize: bool = True, truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[list[float]]:  # fmt: skip
+        return self.embed(texts)
+
+
+@pytest.fixture
+def members() -> dict[str, FakeMember]:
+    return {url: FakeMember(url) for url in URLS}
+
+
+@pytest.fixture
+def fleet(members: dict[str, FakeMember]) -> Generator[FleetEngine, None, None]:
+    # A long probe interval: the background prober stays out of these tests' way.
+    engine = FleetEngine.from_engines(members, probe_interval=3600, cooldown=0.0)
+    yield engine
+    engine.close()
+
+
+def chat(system: str, user: str = "hi") -> ChatRequest:
+    return ChatRequest(
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        max_tokens=4,
+    )
+
+
+def test_fake_member_is_a_member() -> None:
+    assert isinstance(FakeMember("x"), MemberEngine)
+
+
+def test_fleet_is_an_inference_engine(fleet: FleetEngine) -> None:
+    from llamacpp_integrations.engine.interface import InferenceEngine
+
+    assert isinstance(fleet, InferenceEngine)
+
+
+# ---- affinity keys -------------------------------------------------------------------------
+
+
+def test_chat_key_is_the_system_messages_and_tools() -> None:
+    a = affinity_key(chat("be brief", "question one"))
+    b = affinity_key(chat("be brief", "question two"))
+    c = affinity_key(chat("be verbose", "question one"))
+    assert a == b != c
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    with_tools = ChatRequest(messages=chat("be brief").messages, tools=tools)
+    assert affinity_key(with_tools) != a
+    typed = ChatRequest(
+        messages=[ChatMessage(role="system", content="be brief"), ChatMessage(role="user")]
+    )
+    assert affinity_key(typed) == a
+
+
+def test_only_leading_system_messages_count() -> None:
+    one = ChatRequest(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "late system message"},
+        ]
+    )
+    two = ChatRequest(messages=[{"role": "user", "content": "other"}])
+    assert affinity_key(one) == affinity_key(two)
+
+
+def test_images_in_system_messages_key_by_their_pixels() -> None:
+    def with_image(rgb: bytes) -> ChatRequest:
+        part = {"type": "image", "image": ImageInput(1, 1, rgb)}
+        return ChatRequest(messages=[{"role": "system", "content": [part]}])
+
+    assert affinity_key(with_image(b"abc")) == affinity_key(with_image(b"abc"))
+    assert affinity_key(with_image(b"abc")) != affinity_key(with_image(b"abd"))
+
+
+def test_completion_key_is_a_prompt_prefix() -> None:
+    shared = "x" * PREFIX_CHARS
+    assert affinity_key(CompletionRequest(prompt=shared + "a")) == affinity_key(
+        CompletionRequest(prompt=shared + "b")
+    )
+    assert affinity_key(CompletionRequest(prompt="a")) != affinity_key(
+        CompletionRequest(prompt="b")
+    )
+    assert affinity_key(CompletionRequest(prompt=[1, 2, 3])) == "tokens:1,2,3"
+    assert affinity_key(GenerationRequest()) is None
+
+
+# ---- routing and retries -------------------------------------------------------------------
+
+
+def test_one_system_prompt_sticks_to_one_server(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    for i in range(6):
+        fleet.generate(chat("shared system prompt", f"question {i}"))
+    calls = sorted(m.calls for m in members.values())
+    assert calls == [0, 0, 6]
+    owner = fleet.route(chat("shared system prompt"))
+    state = {s.url: s for s in fleet.servers()}[owner]  # type: ignore[index]
+    assert state.requests == 6 and state.in_flight == 0
+    assert state.prompt_tokens == 60 and state.cached_prompt_tokens == 48
+    assert fleet.stats().cache_hit_rate == pytest.approx(0.8)
+
+
+def test_affinity_off_spreads_requests(members: dict[str, FakeMember]) -> None:
+    engine = FleetEngine.from_engines(members, probe_interval=3600, affinity=False)
+    try:
+        for i in range(6):
+            engine.generate(chat("shared system prompt", f"question {i}"))
+        assert sorted(m.calls for m in members.values()) == [2, 2, 2]
+    finally:
+        engine.close()
+
+
+def test_refused_before_the_first_chunk_is_retried_elsewhere(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].down = True
+    chunks = list(fleet.stream(request))
+    assert chunks[-1].finish_reason == "stop"
+    assert owner not in chunks[0].text
+    states = {s.url: s for s in fleet.servers()}
+    assert states[owner].status == "ejected"
+    assert states[owner].failures == 1
+    assert sum(s.in_flight for s in states.values()) == 0
+    # New requests with the same key go elsewhere while it is out.
+    assert fleet.route(request) != owner
+
+
+def test_a_failure_after_the_first_chunk_is_not_retried(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].die_after = 1
+    seen: list[str] = []
+    with pytest.raises(ServerUnavailableError) as caught:
+        for chunk in fleet.stream(request):
+            seen.append(chunk.text)
+    assert not caught.value.retryable
+    assert seen == [f"{owner}#0 "]
+    assert sum(m.calls for m in members.values()) == 1  # nobody else was asked
+    assert {s.url: s.status for s in fleet.servers()}[owner] == "ejected"
+
+
+def test_a_failure_after_the_first_chunk_is_not_retried_async(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].die_after = 2
+
+    async def run() -> list[str]:
+        seen = []
+        async for chunk in fleet.astream(request):
+            seen.append(chunk.text)
+        return seen
+
+    with pytest.raises(ServerUnavailableError):
+        asyncio.run(run())
+    assert sum(m.calls for m in members.values()) == 1
+
+
+def test_async_paths_retry_before_the_first_chunk(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].down = True
+
+    async def run() -> tuple[list[StreamChunk], Completion]:
+        chunks = [c async for c in fleet.astream(request)]
+        return chunks, await fleet.agenerate(chat("sys"))
+
+    chunks, completion = asyncio.run(run())
+    assert chunks[-1].finish_reason == "stop"
+    assert owner not in completion.text
+    assert sum(s.in_flight for s in fleet.servers()) == 0
+
+
+def test_generate_retries_a_refusal(fleet: FleetEngine, members: dict[str, FakeMember]) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].down = True
+    assert owner not in fleet.generate(request).text
+
+
+def test_a_refused_api_key_ends_the_request_and_ejects_nobody(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+
+    def refused(_: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        raise ServerUnavailableError("refused the API key (401)", url=owner, retryable=False)
+        yield
+
+    members[owner].stream = refused  # type: ignore[method-assign,assignment]
+    with pytest.raises(ServerUnavailableError, match="API key"):
+        fleet.generate(request)
+    assert all(s.status == "healthy" and s.in_flight == 0 for s in fleet.servers())
+    assert sum(m.calls for m in members.values()) == 0
+
+
+def test_generate_keeps_every_part_of_the_answer(fleet: FleetEngine) -> None:
+    completion = fleet.generate(chat("sys"))
+    assert completion.finish_reason == "stop"
+    assert completion.usage == Usage(10, 3, 8)
+    assert completion.logprobs is None
+    assert completion.text.count("#") == 3
+
+
+def test_a_broken_off_answer_ejects_its_server_in_generate_too(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].die_after = 1
+    with pytest.raises(ServerUnavailableError):
+        fleet.generate(request)
+    assert {s.url: s.status for s in fleet.servers()}[owner] == "ejected"
+    assert sum(m.calls for m in members.values()) == 1
+
+
+def test_every_server_down_is_a_typed_error(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    for member in members.values():
+        member.down = True
+    with pytest.raises(ServerUnavailableError) as caught:
+        list(fleet.stream(chat("sys")))
+    assert caught.value.retryable
+    assert all(s.status == "ejected" for s in fleet.servers())
+    with pytest.raises(ServerUnavailableError, match="no server is healthy"):
+        fleet.generate(chat("sys"))
+
+
+def test_ejected_servers_come_back_after_the_cooldown(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+    members[owner].down = True
+    fleet.generate(request)
+    assert fleet.route(request) != owner
+    members[owner].down = False
+    assert fleet.health()  # cooldown 0: a successful probe readmits at once
+    assert fleet.route(request) == owner
+    assert fleet.generate(request).text.startswith(owner)
+
+
+def test_when_all_are_ejected_a_request_probes_before_failing(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    for member in members.values():
+        member.down = True
+    with pytest.raises(ServerUnavailableError):
+        fleet.generate(chat("sys"))
+    for member in members.values():
+        member.down = False
+    assert fleet.generate(chat("sys")).finish_reason == "stop"
+
+
+def test_leaving_a_stream_early_releases_the_server(fleet: FleetEngine) -> None:
+    stream = fleet.stream(chat("sys"))
+    next(stream)
+    assert sum(s.in_flight for s in fleet.servers()) == 1
+    stream.close()
+    assert sum(s.in_flight for s in fleet.servers()) == 0
+    assert all(s.status == "healthy" for s in fleet.servers())
+
+
+def test_request_errors_do_not_eject(fleet: FleetEngine, members: dict[str, FakeMember]) -> None:
+    request = chat("sys")
+    owner = fleet.route(request)
+    assert owner is not None
+
+    def cancelled(_: GenerationRequest) -> Generator[StreamChunk, None, None]:
+        raise RequestCancelledError("cancelled")
+        yield  # a generator, as stream is
+
+    members[owner].stream = cancelled  # type: ignore[method-assign,assignment]
+    with pytest.raises(RequestCancelledError):
+        fleet.generate(request)
+    assert all(s.status == "healthy" and s.in_flight == 0 for s in fleet.servers())
+
+
+# ---- delegated calls -----------------------------------------------------------------------
+
+
+def test_other_calls_go_to_a_healthy_server(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    members[URLS[0]].down = True
+    assert fleet.detokenize([1]) == URLS[1]
+    assert {s.url: s.status for s in fleet.servers()}[URLS[0]] == "ejected"
+    assert fleet.tokenize("abc") == [3]
+    assert fleet.render_chat(chat("s")) == URLS[1]
+    assert fleet.count_prompt_tokens(chat("s")) == 7
+    assert fleet.embed(["a", "b"]) == [[1.0], [1.0]]
+    assert asyncio.run(fleet.aembed(["a"])) == [[1.0]]
+    assert fleet.info.path == URLS[1]
+    assert fleet.media_marker == "<__media__>"
+    # None of these is a routed request: loads and request counts stay as they were.
+    assert all(s.requests == 0 and s.in_flight == 0 for s in fleet.servers())
+
+
+def test_an_error_about_another_server_ejects_nobody(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    def embeddings_down(texts: Sequence[str], **_: object) -> list[list[float]]:
+        raise ServerUnavailableError("refused", url="http://embeddings:9")
+
+    members[URLS[0]].embed = embeddings_down  # type: ignore[method-assign]
+    with pytest.raises(ServerUnavailableError, match="embeddings"):
+        fleet.embed(["a"])
+    assert all(s.status == "healthy" for s in fleet.servers())
+
+
+def test_close_stops_probes_and_closes_members(members: dict[str, FakeMember]) -> None:
+    engine = FleetEngine.from_engines(members, probe_interval=0.05)
+    engine.close()
+    assert engine.closed
+    assert all(m.closed for m in members.values())
+    assert not engine._prober.is_alive()
+    with pytest.raises(EngineClosedError):
+        engine.generate(chat("s"))
+
+
+def test_background_probes_readmit(members: dict[str, FakeMember]) -> None:
+    import time
+
+    engine = FleetEngine.from_engines(members, probe_interval=0.05, cooldown=0.05)
+    try:
+        members[URLS[0]].down = True
+        # The prober ejects it; once it answers again the prober readmits it.
+        for _ in range(200):
+            if {s.url: s.status for s in engine.servers()}[URLS[0]] == "ejected":
+                break
+            time.sleep(0.02)
+        assert {s.url: s.status for s in engine.servers()}[URLS[0]] == "ejected"
+        members[URLS[0]].down = False
+        for _ in range(200):
+            if {s.url: s.status for s in engine.servers()}[URLS[0]] == "healthy":
+                break
+            time.sleep(0.02)
+        assert {s.url: s.status for s in engine.servers()}[URLS[0]] == "healthy"
+    finally:
+        engine.close()
