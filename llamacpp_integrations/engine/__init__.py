@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .channel import RequestHandle
 from .config import EngineConfig, LoraAdapter, WeightsKey
-from .interface import ChatRenderer, InferenceEngine
+from .interface import ChatRenderer, InferenceEngine, RerankingEngine
 from .reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .registry import engine_for, live_engines, shared_engine
 from .types import (
@@ -55,6 +55,7 @@ __all__ = [
     "ReasoningSpec",
     "ReasoningSplitter",
     "RequestHandle",
+    "RerankingEngine",
     "SamplingParams",
     "SlotStats",
     "StreamChunk",

@@ -397,7 +397,12 @@ class EngineCore:
     def _embed_step(self) -> None:
         """Embed one batch: texts from the oldest jobs, as many as fit one decode."""
         embedder = self._embedder or self._make_embedder()
-        self.embeds.step(embedder.embed, max_tokens=embedder.n_ctx, max_texts=embedder.n_seq_max)
+        # While chats run, every embedding decode sits between two of their steps: keep it to
+        # one generation micro-batch of tokens so a large corpus cannot stall their streams.
+        budget = embedder.n_ctx
+        if self.scheduler.running:
+            budget = min(budget, self.config.n_batch)
+        self.embeds.step(embedder.embed, max_tokens=budget, max_texts=embedder.n_seq_max)
 
     def _make_embedder(self) -> EmbeddingContext:
         self._embedder = EmbeddingContext(

@@ -52,7 +52,9 @@ class EmbeddingQueue:
         for progress in self._jobs:
             for index in range(len(progress.vectors), len(progress.job.token_lists)):
                 n = len(progress.job.token_lists[index])
-                if len(picked) == max_texts or n > budget:
+                # The first text always goes: the budget may have been cut below the longest
+                # text (to leave room for chats), and every text fits the context itself.
+                if len(picked) == max_texts or (n > budget and picked):
                     break
                 picked.append((progress, index))
                 budget -= n

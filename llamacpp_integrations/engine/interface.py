@@ -24,7 +24,7 @@ from .types import (
     StreamChunk,
 )
 
-__all__ = ["ChatRenderer", "InferenceEngine", "PromptRequest"]
+__all__ = ["ChatRenderer", "InferenceEngine", "PromptRequest", "RerankingEngine"]
 
 PromptRequest = ChatRequest | CompletionRequest
 
@@ -121,4 +121,32 @@ class InferenceEngine(Protocol):
         timeout: float | None = None,
     ) -> list[list[float]]:
         """Async ``embed``."""
+        ...
+
+
+@runtime_checkable
+class RerankingEngine(Protocol):
+    """An optional capability beside ``InferenceEngine``: scoring documents against a query
+    with a cross-encoder (the local ``Engine`` over a model with rank pooling)."""
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        """One relevance score per document, in order; higher is more relevant."""
+        ...
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        """Async ``rerank``."""
         ...

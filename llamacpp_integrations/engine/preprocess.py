@@ -273,6 +273,65 @@ class Preprocessor:
                     )
                 tokens = tokens[:limit]
             token_lists.append(tokens)
+        return self._embed_job(request_id, token_lists, channel, normalize, timeout)
+
+    def rerank_job(
+        self,
+        query: str,
+        documents: Sequence[str],
+        channel: EventChannel,
+        *,
+        truncate: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
+        """One cross-encoder input per document: the query and the document as a sentence pair.
+
+        The pair is laid out as llama.cpp's server does it for a model without a rerank
+        template: BOS, query, EOS (or SEP), SEP, document, EOS, each only where the vocabulary
+        adds it (so ``[CLS] q [SEP] d [SEP]`` for a BERT cross-encoder).
+        """
+        request_id = new_request_id()
+        if not isinstance(query, str):
+            raise InvalidRequestError("query must be a string", request_id=request_id)
+        if isinstance(documents, str) or not all(isinstance(d, str) for d in documents):
+            raise InvalidRequestError("documents must be a list of strings", request_id=request_id)
+        if not documents:
+            raise InvalidRequestError("documents is empty: nothing to rank", request_id=request_id)
+        model = self._model
+        end = model.eos_token_id if model.eos_token_id >= 0 else model.sep_token_id
+        head = [model.bos_token_id] if model.adds_bos and model.bos_token_id >= 0 else []
+        head += model.tokenize(query, add_special=False, parse_special=False)
+        if model.adds_eos and end >= 0:
+            head.append(end)
+        if model.adds_sep and model.sep_token_id >= 0:
+            head.append(model.sep_token_id)
+        tail = [end] if model.adds_eos and end >= 0 else []
+        limit = self._limits.embedding_n_ctx
+        token_lists: list[list[int]] = []
+        for index, document in enumerate(documents):
+            body = model.tokenize(document, add_special=False, parse_special=False)
+            tokens = head + body + tail
+            if len(tokens) > limit:
+                if not truncate or len(head) + len(tail) >= limit:
+                    raise ContextOverflowError(
+                        f"query and document {index} make {len(tokens)} tokens; the reranker "
+                        f"takes at most {limit} (pass truncate=True or shorten them)",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=limit,
+                        request_id=request_id,
+                    )
+                tokens = head + body[: limit - len(head) - len(tail)] + tail
+            token_lists.append(tokens)
+        return self._embed_job(request_id, token_lists, channel, False, timeout)
+
+    def _embed_job(
+        self,
+        request_id: str,
+        token_lists: list[list[int]],
+        channel: EventChannel,
+        normalize: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
         now = time.monotonic()
         return EmbedJob(
             request_id=request_id,
