@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from ..engine import InferenceEngine, RerankingEngine
+from ..engine import ChunkingEngine, InferenceEngine, RerankingEngine
 from ..errors import InvalidRequestError
 from .binding import EngineBinding
 from .embedding_prefixes import Prefixes, prefixes_for
@@ -43,6 +43,11 @@ class EmbeddingSettings(BaseModel):
     )
     timeout: float | None = Field(
         default=None, gt=0, description="Seconds one call may take before RequestTimeoutError."
+    )
+    chunk_long_texts: bool = Field(
+        default=False,
+        description="Embed a text too long for the context as consecutive windows and average "
+        "their vectors, instead of raising ContextOverflowError (local engine only).",
     )
     batch_size: int = Field(
         default=256,
@@ -131,12 +136,21 @@ def embed_texts(
     engine = binding.get()
     vectors: list[list[float]] = []
     for batch in _batches(texts, settings.batch_size):
-        vectors += engine.embed(
-            batch,
-            normalize=settings.normalize,
-            truncate=settings.truncate,
-            timeout=settings.timeout,
-        )
+        if settings.chunk_long_texts:
+            vectors += _chunking(engine).embed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+                chunk=True,
+            )
+        else:
+            vectors += engine.embed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+            )
         if progress is not None:
             progress.update(len(batch))
     return vectors
@@ -154,15 +168,32 @@ async def aembed_texts(
     engine = await binding.aget()
     vectors: list[list[float]] = []
     for batch in _batches(texts, settings.batch_size):
-        vectors += await engine.aembed(
-            batch,
-            normalize=settings.normalize,
-            truncate=settings.truncate,
-            timeout=settings.timeout,
-        )
+        if settings.chunk_long_texts:
+            vectors += await _chunking(engine).aembed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+                chunk=True,
+            )
+        else:
+            vectors += await engine.aembed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+            )
         if progress is not None:
             progress.update(len(batch))
     return vectors
+
+
+def _chunking(engine: InferenceEngine) -> ChunkingEngine:
+    if not isinstance(engine, ChunkingEngine):
+        raise InvalidRequestError(
+            f"{type(engine).__name__} cannot chunk long texts: use a local Engine, or truncate"
+        )
+    return engine
 
 
 def reranker_of(engine: Any) -> RerankingEngine:

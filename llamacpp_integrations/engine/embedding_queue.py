@@ -76,7 +76,7 @@ class EmbeddingQueue:
                 progress.vectors.append(as_floats(next(vectors), progress.job.normalize))
             if progress.remaining == 0:
                 self._jobs.remove(progress)
-                progress.job.channel.put(progress.vectors)
+                progress.job.channel.put(_joined(progress))
 
     def cancel(self, request_id: str, error: LlamaCppIntegrationError) -> bool:
         """End the job ``request_id`` with ``error``; False if it is not here."""
@@ -109,3 +109,21 @@ def as_floats(vector: npt.NDArray[np.float32], normalize: bool) -> list[float]:
         if norm > 0:
             wide = wide / norm
     return [float(x) for x in wide.tolist()]
+
+
+def _joined(progress: _Progress) -> list[list[float]]:
+    """One vector per text: each text's chunks averaged, weighted by their token counts."""
+    job = progress.job
+    if job.chunks is None:
+        return progress.vectors
+    out: list[list[float]] = []
+    start = 0
+    for count in job.chunks:
+        parts = np.asarray(progress.vectors[start : start + count], dtype=np.float64)
+        weights = np.asarray(
+            [len(job.token_lists[i]) for i in range(start, start + count)], dtype=np.float64
+        )
+        mean = (parts * weights[:, None]).sum(axis=0) / weights.sum()
+        out.append(as_floats(mean.astype(np.float32), job.normalize))
+        start += count
+    return out

@@ -292,10 +292,11 @@ class Engine:
         normalize: bool,
         truncate: bool,
         timeout: float | None,
+        chunk: bool = False,
     ) -> EmbedJob:
         self._check_open()
         return self._prep.embed_job(
-            texts, channel, normalize=normalize, truncate=truncate, timeout=timeout
+            texts, channel, normalize=normalize, truncate=truncate, timeout=timeout, chunk=chunk
         )
 
     def embed(
@@ -305,15 +306,18 @@ class Engine:
         normalize: bool = True,
         truncate: bool = False,
         timeout: float | None = None,
+        chunk: bool = False,
     ) -> list[list[float]]:
         """One vector (plain floats) per text, batched with other callers' texts.
 
-        Texts longer than ``embedding_n_ctx`` tokens raise ``ContextOverflowError`` unless
-        ``truncate`` is on. When ``max_queued`` requests already wait, this waits for room, up
-        to ``timeout`` seconds if given, then raises ``EngineOverloadedError``.
+        Texts longer than ``embedding_n_ctx`` tokens (or the model's trained context) raise
+        ``ContextOverflowError`` unless ``truncate`` keeps their head, or ``chunk`` cuts them
+        into windows that fit, embeds each and averages them (weighted by their tokens). When
+        ``max_queued`` requests already wait, this waits for room, up to ``timeout`` seconds if
+        given, then raises ``EngineOverloadedError``.
         """
         channel = EventChannel()
-        job = self._embed_job(texts, channel, normalize, truncate, timeout)
+        job = self._embed_job(texts, channel, normalize, truncate, timeout, chunk)
         self._inbox.put(job, wait=timeout)
         return _vectors(channel.get(self._host.alive))
 
@@ -324,10 +328,13 @@ class Engine:
         normalize: bool = True,
         truncate: bool = False,
         timeout: float | None = None,
+        chunk: bool = False,
     ) -> list[list[float]]:
         """Async ``embed``; tokenizing runs on a thread."""
         channel = EventChannel(asyncio.get_running_loop())
-        job = await asyncio.to_thread(self._embed_job, texts, channel, normalize, truncate, timeout)
+        job = await asyncio.to_thread(
+            self._embed_job, texts, channel, normalize, truncate, timeout, chunk
+        )
         await self._inbox.aput(job, wait=timeout)
         try:
             return _vectors(await channel.aget(self._host.alive))

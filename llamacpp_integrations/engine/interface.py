@@ -24,7 +24,7 @@ from .types import (
     StreamChunk,
 )
 
-__all__ = ["ChatRenderer", "InferenceEngine", "PromptRequest", "RerankingEngine"]
+__all__ = ["ChatRenderer", "ChunkingEngine", "InferenceEngine", "PromptRequest", "RerankingEngine"]
 
 PromptRequest = ChatRequest | CompletionRequest
 
@@ -149,4 +149,34 @@ class RerankingEngine(Protocol):
         timeout: float | None = None,
     ) -> list[float]:
         """Async ``rerank``."""
+        ...
+
+
+@runtime_checkable
+class ChunkingEngine(Protocol):
+    """An optional capability: ``embed`` that cuts texts too long for the context into windows
+    and averages their vectors (``chunk=True``), as the local ``Engine`` does."""
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+        chunk: bool = False,
+    ) -> list[list[float]]:
+        """One vector per text; with ``chunk``, long texts are averaged over windows."""
+        ...
+
+    async def aembed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+        chunk: bool = False,
+    ) -> list[list[float]]:
+        """Async ``embed``."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import (
     ChatTemplateError,
@@ -249,8 +249,10 @@ class Preprocessor:
         normalize: bool,
         truncate: bool,
         timeout: float | None,
+        chunk: bool = False,
     ) -> EmbedJob:
-        """Texts tokenized for the embedding context, each within its budget."""
+        """Texts tokenized for the embedding context, each within its budget (or, with
+        ``chunk``, cut into consecutive windows that are embedded apart and averaged)."""
         request_id = new_request_id()
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
@@ -258,10 +260,16 @@ class Preprocessor:
             raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
         limit = self._limits.embedding_n_ctx
         token_lists: list[list[int]] = []
+        chunks: list[int] = []
         for index, text in enumerate(texts):
             tokens = self._model.tokenize(text, add_special=True, parse_special=False)
             if not tokens:
                 tokens = [self._model.bos_token_id]  # an empty text still gets a vector
+            if chunk:
+                windows = self._windows(text, tokens, limit)
+                token_lists += windows
+                chunks.append(len(windows))
+                continue
             if len(tokens) > limit:
                 if not truncate:
                     raise ContextOverflowError(
@@ -273,7 +281,21 @@ class Preprocessor:
                     )
                 tokens = tokens[:limit]
             token_lists.append(tokens)
-        return self._embed_job(request_id, token_lists, channel, normalize, timeout)
+        job = self._embed_job(request_id, token_lists, channel, normalize, timeout)
+        return replace(job, chunks=chunks) if chunk else job
+
+    def _windows(self, text: str, tokens: list[int], limit: int) -> list[list[int]]:
+        """``text`` as consecutive windows of at most ``limit`` tokens, each with the special
+        tokens the model adds around a text (so every window reads as a text of its own)."""
+        if len(tokens) <= limit:
+            return [tokens]
+        body = self._model.tokenize(text, add_special=False, parse_special=False)
+        empty = self._model.tokenize("", add_special=True, parse_special=False)
+        # Where the added tokens sit: those before the body, and those after it.
+        n_head = 1 if self._model.adds_bos and self._model.bos_token_id >= 0 else 0
+        head, tail = empty[:n_head], empty[n_head:]
+        room = max(1, limit - len(head) - len(tail))
+        return [head + body[i : i + room] + tail for i in range(0, len(body), room)]
 
     def rerank_job(
         self,

@@ -111,6 +111,20 @@ def test_encoder_texts_stop_at_the_trained_context(bert: Engine) -> None:
     assert len(vectors) == 2 and len(vectors[1]) == N_EMBD
 
 
+def test_chunk_and_average(bert: Engine) -> None:
+    long_text = "the river " * 100
+    with pytest.raises(ContextOverflowError):
+        LlamaCppEmbeddings(engine=bert).embed_documents([long_text])
+    chunked = bert.embed(["short", long_text], chunk=True)
+    assert len(chunked) == 2 and math.isclose(_norm(chunked[1]), 1.0, rel_tol=1e-6)
+    assert _close(chunked[0], bert.embed(["short"])[0])  # a text that fits is not cut
+    assert not _close(chunked[1], bert.embed([long_text], truncate=True)[0])
+    via_adapter = LlamaCppEmbeddings(engine=bert, chunk_long_texts=True).embed_documents(
+        [long_text]
+    )
+    assert _close(via_adapter[0], chunked[1])
+
+
 def test_many_callers_coalesce(bert: Engine) -> None:
     expected = bert.embed(TEXTS)
     results: list[list[list[float]]] = []

@@ -70,3 +70,26 @@ def test_prefix_table() -> None:
     assert prefixes_for("llama", "SmolLM2 135M Instruct") == Prefixes()
     assert prefixes_for("llama", "phi3e5x") == Prefixes()
     assert prefixes_for("bert", None) == Prefixes()
+
+
+def test_chunks_are_averaged_by_their_tokens() -> None:
+    queue = EmbeddingQueue()
+    channel = EventChannel()
+    job = EmbedJob(
+        request_id="c",
+        token_lists=[[1] * 3, [1] * 1, [1] * 2],
+        normalize=False,
+        submitted_at=0.0,
+        deadline=None,
+        channel=channel,
+        chunks=[2, 1],
+    )
+    queue.add([job])
+    rows = iter([[1.0, 0.0], [0.0, 4.0], [2.0, 2.0]])
+
+    def embed(lists: list[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
+        return [np.asarray(next(rows), dtype=np.float32) for _ in lists]
+
+    queue.step(embed, max_tokens=100, max_texts=8)
+    got = channel.get(lambda: True)
+    assert got == [[0.75, 1.0], [2.0, 2.0]]
