@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ..errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
 from .requests import EmbedJob
 
-__all__ = ["EmbeddingQueue"]
+__all__ = ["EmbeddingQueue", "TimeShare"]
 
 EmbedFn = Callable[[list[Sequence[int]]], list[npt.NDArray[np.float32]]]
 
@@ -127,3 +127,30 @@ def _joined(progress: _Progress) -> list[list[float]]:
         out.append(as_floats(mean.astype(np.float32), job.normalize))
         start += count
     return out
+
+
+class TimeShare:
+    """Splits the worker's time evenly between chat steps and embedding decodes while both wait.
+
+    An embedding decode of a few hundred tokens takes far longer than one generation step, so
+    alternating one of each would leave chats a small fraction of the time. Instead an
+    embedding decode runs only while embedding has used no more time than chats since both
+    started waiting: streams then keep at least about half their speed, and the corpus still
+    goes in large, efficient decodes.
+    """
+
+    def __init__(self) -> None:
+        self._chat_s = 0.0
+        self._embed_s = 0.0
+
+    def chat(self, seconds: float) -> None:
+        self._chat_s += seconds
+
+    def embedded(self, seconds: float) -> None:
+        self._embed_s += seconds
+
+    def embedding_may_run(self, chatting: bool) -> bool:
+        return not chatting or self._embed_s <= self._chat_s
+
+    def reset(self) -> None:
+        self._chat_s = self._embed_s = 0.0

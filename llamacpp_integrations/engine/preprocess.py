@@ -320,6 +320,10 @@ class Preprocessor:
         if not documents:
             raise InvalidRequestError("documents is empty: nothing to rank", request_id=request_id)
         model = self._model
+        if model.rerank_template is not None:
+            return self._templated_rerank_job(
+                request_id, query, documents, channel, truncate=truncate, timeout=timeout
+            )
         end = model.eos_token_id if model.eos_token_id >= 0 else model.sep_token_id
         head = [model.bos_token_id] if model.adds_bos and model.bos_token_id >= 0 else []
         head += model.tokenize(query, add_special=False, parse_special=False)
@@ -343,6 +347,37 @@ class Preprocessor:
                         request_id=request_id,
                     )
                 tokens = head + body[: limit - len(head) - len(tail)] + tail
+            token_lists.append(tokens)
+        return self._embed_job(request_id, token_lists, channel, False, timeout)
+
+    def _templated_rerank_job(
+        self,
+        request_id: str,
+        query: str,
+        documents: Sequence[str],
+        channel: EventChannel,
+        *,
+        truncate: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
+        """Pairs laid out by the model's own rerank template (the head is kept on overflow)."""
+        template = self._model.rerank_template
+        assert template is not None
+        limit = self._limits.embedding_n_ctx
+        token_lists: list[list[int]] = []
+        for index, document in enumerate(documents):
+            text = template.replace("{query}", query).replace("{document}", document)
+            tokens = self._model.tokenize(text, add_special=False, parse_special=True)
+            if len(tokens) > limit:
+                if not truncate:
+                    raise ContextOverflowError(
+                        f"query and document {index} make {len(tokens)} tokens; the reranker "
+                        f"takes at most {limit} (pass truncate=True or shorten them)",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=limit,
+                        request_id=request_id,
+                    )
+                tokens = tokens[:limit]
             token_lists.append(tokens)
         return self._embed_job(request_id, token_lists, channel, False, timeout)
 

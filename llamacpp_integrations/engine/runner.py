@@ -127,6 +127,10 @@ class LoadedModel:
         self.sep_token_id: int = llama_cpp.llama_vocab_sep(self._vocab)
         template = llama_cpp.llama_model_chat_template(model, None)
         self.chat_template: str | None = template.decode("utf-8") if template else None
+        # A decoder reranker (Qwen3-Reranker) lays out its query/document pair in a template
+        # of its own, with {query} and {document} placeholders.
+        rerank = llama_cpp.llama_model_chat_template(model, b"rerank")
+        self.rerank_template: str | None = rerank.decode("utf-8") if rerank else None
         buf = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(model, buf, len(buf))
         self.description = buf.value.decode("utf-8", errors="replace")

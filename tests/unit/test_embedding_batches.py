@@ -93,3 +93,20 @@ def test_chunks_are_averaged_by_their_tokens() -> None:
     queue.step(embed, max_tokens=100, max_texts=8)
     got = channel.get(lambda: True)
     assert got == [[0.75, 1.0], [2.0, 2.0]]
+
+
+def test_time_share_halves_the_worker_between_chats_and_embeddings() -> None:
+    from llamacpp_integrations.engine.embedding_queue import TimeShare
+
+    share = TimeShare()
+    assert share.embedding_may_run(chatting=False)
+    share.chat(0.05)
+    assert share.embedding_may_run(chatting=True)
+    share.embedded(1.0)  # one long embedding decode...
+    runs = 0
+    while not share.embedding_may_run(chatting=True):
+        share.chat(0.05)  # ...is followed by chat steps worth as much time
+        runs += 1
+    assert runs == 19
+    share.reset()
+    assert share.embedding_may_run(chatting=True)
