@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-embeddings clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,13 @@ llama-server: $(LLAMA_SERVER)
 
 bench-server: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)
+
+# Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings: the tiny
+# encoder, then SmolLM2 (about 15 minutes on 2 cores; pass TEXTS=200 for a quick look).
+TEXTS ?= 2000
+bench-embeddings: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --encoder --texts $(TEXTS)
+	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --texts $(TEXTS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
