@@ -97,6 +97,8 @@ class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
     def _prefixed(self, texts: list[str], *, query: bool) -> list[str]:
         given = self.query_prefix if query else self.document_prefix
         if given is None:
+            if not texts:  # refused as empty before any model is loaded
+                return texts
             if not self.model_prefixes:
                 return texts
             family = model_prefixes(self._get_engine())

@@ -109,6 +109,8 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
         return self._instruction(query=True) + query
 
     def _texts(self, texts: list[str]) -> list[str]:
+        if not texts:
+            return texts
         instruction = self._instruction(query=False)
         return [instruction + text for text in texts] if instruction else texts
 
