@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-remote soak fuzz test-live record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-remote bench-embeddings soak fuzz test-live record-cassettes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -130,6 +130,13 @@ test-live: models $(LLAMA_SERVER)
 record-cassettes: models $(LLAMA_SERVER)
 	rm -rf tests/cassettes
 	$(BIN)/pytest $(REMOTE_TESTS) -k remote --record-mode=rewrite
+
+# Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings: the tiny
+# encoder, then SmolLM2 (about 15 minutes on 2 cores; pass TEXTS=200 for a quick look).
+TEXTS ?= 2000
+bench-embeddings: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --encoder --texts $(TEXTS)
+	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --texts $(TEXTS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

@@ -8,6 +8,9 @@ model with no pooling set it returns one vector per token, and the wrapper flatt
 the count is not one per text (what a vector store expects).
 
     python benchmarks/embeddings.py [--model smollm2-135m] [--texts 64] [--repeat 3]
+
+Indexing a large mixed-length corpus against ``llama-server --embeddings`` and the
+prompt-processing ceiling is ``embedding_corpus.py`` (``make bench-embeddings``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,39 @@
-"""Embedding calls shared by the embedding adapters: their settings and the two calls."""
+"""Embedding and reranking calls shared by the adapters: their settings and the calls.
+
+Large lists go to the engine in batches of ``batch_size`` texts, one engine call each, so only
+one batch's token lists exist at a time and a progress bar can advance per batch; the engine
+still packs each batch into as few decodes as its budget allows, with other callers' texts.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from ..engine import ChunkingEngine, InferenceEngine, RerankingEngine
 from ..errors import InvalidRequestError
 from .binding import EngineBinding
+from .embedding_prefixes import Prefixes, prefixes_for
 
-__all__ = ["EmbeddingSettings", "aembed_texts", "embed_texts"]
+__all__ = [
+    "EmbeddingSettings",
+    "Progress",
+    "RerankSettings",
+    "aembed_texts",
+    "arerank_texts",
+    "embed_texts",
+    "model_prefixes",
+    "progress_bar",
+    "rerank_texts",
+    "reranker_of",
+]
 
 
 class EmbeddingSettings(BaseModel):
-    """How texts are embedded: vector length, long texts, and a time limit."""
+    """How texts are embedded: vector length, long texts, batches, prefixes, a time limit."""
 
     normalize: bool = Field(default=True, description="Scale every vector to unit length.")
     truncate: bool = Field(
@@ -24,6 +44,71 @@ class EmbeddingSettings(BaseModel):
     timeout: float | None = Field(
         default=None, gt=0, description="Seconds one call may take before RequestTimeoutError."
     )
+    chunk_long_texts: bool = Field(
+        default=False,
+        description="Embed a text too long for the context as consecutive windows and average "
+        "their vectors, instead of raising ContextOverflowError (local engine only).",
+    )
+    batch_size: int = Field(
+        default=256,
+        ge=1,
+        description="Texts per engine call when embedding a long list (progress advances per "
+        "batch; only one batch is tokenized at a time).",
+    )
+    model_prefixes: bool = Field(
+        default=True,
+        description="Put the model family's query and document prefixes before texts (for "
+        "families that define them: nomic-embed, E5, BGE, mxbai, Qwen3-Embedding); unknown "
+        "models get none.",
+    )
+
+
+class RerankSettings(BaseModel):
+    """How documents are scored against a query."""
+
+    top_n: int | None = Field(
+        default=3, ge=1, description="How many documents to keep (None keeps them all)."
+    )
+    truncate: bool = Field(
+        default=True,
+        description="Cut a document whose pair with the query is longer than the context "
+        "instead of raising ContextOverflowError.",
+    )
+    timeout: float | None = Field(
+        default=None, gt=0, description="Seconds one call may take before RequestTimeoutError."
+    )
+
+
+class Progress(Protocol):
+    def update(self, n: int) -> object: ...
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        return None
+
+
+@contextmanager
+def progress_bar(show: bool, total: int, description: str) -> Iterator[Progress]:
+    """A tqdm bar over ``total`` texts when ``show`` and tqdm is installed; else nothing."""
+    if not show:
+        yield _NoProgress()
+        return
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    except ImportError:  # progress is a nicety: embed without it
+        yield _NoProgress()
+        return
+    bar = tqdm(total=total, desc=description, unit="text")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def model_prefixes(engine: InferenceEngine) -> Prefixes:
+    """The prefixes of the engine's model family (empty for a model the table does not know)."""
+    return prefixes_for(engine.info.architecture, engine.info.name)
 
 
 def _check(texts: Sequence[str]) -> None:
@@ -31,22 +116,109 @@ def _check(texts: Sequence[str]) -> None:
         raise InvalidRequestError("got an empty list of texts: pass at least one text")
 
 
+def _batches(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    if isinstance(texts, str):
+        yield texts  # refused by the engine with its own message
+        return
+    for start in range(0, len(texts), size):
+        yield texts[start : start + size]
+
+
 def embed_texts(
-    binding: EngineBinding, texts: Sequence[str], settings: EmbeddingSettings
+    binding: EngineBinding,
+    texts: Sequence[str],
+    settings: EmbeddingSettings,
+    *,
+    progress: Progress | None = None,
 ) -> list[list[float]]:
-    """One vector per text, in order, in one engine call (batched with other callers')."""
+    """One vector per text, in order, one engine call per ``batch_size`` texts."""
     _check(texts)
-    return binding.get().embed(
-        texts, normalize=settings.normalize, truncate=settings.truncate, timeout=settings.timeout
-    )
+    engine = binding.get()
+    vectors: list[list[float]] = []
+    for batch in _batches(texts, settings.batch_size):
+        if settings.chunk_long_texts:
+            vectors += _chunking(engine).embed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+                chunk=True,
+            )
+        else:
+            vectors += engine.embed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+            )
+        if progress is not None:
+            progress.update(len(batch))
+    return vectors
 
 
 async def aembed_texts(
-    binding: EngineBinding, texts: Sequence[str], settings: EmbeddingSettings
+    binding: EngineBinding,
+    texts: Sequence[str],
+    settings: EmbeddingSettings,
+    *,
+    progress: Progress | None = None,
 ) -> list[list[float]]:
     """Async ``embed_texts``: the first call loads the weights on a thread."""
     _check(texts)
     engine = await binding.aget()
-    return await engine.aembed(
-        texts, normalize=settings.normalize, truncate=settings.truncate, timeout=settings.timeout
+    vectors: list[list[float]] = []
+    for batch in _batches(texts, settings.batch_size):
+        if settings.chunk_long_texts:
+            vectors += await _chunking(engine).aembed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+                chunk=True,
+            )
+        else:
+            vectors += await engine.aembed(
+                batch,
+                normalize=settings.normalize,
+                truncate=settings.truncate,
+                timeout=settings.timeout,
+            )
+        if progress is not None:
+            progress.update(len(batch))
+    return vectors
+
+
+def _chunking(engine: InferenceEngine) -> ChunkingEngine:
+    if not isinstance(engine, ChunkingEngine):
+        raise InvalidRequestError(
+            f"{type(engine).__name__} cannot chunk long texts: use a local Engine, or truncate"
+        )
+    return engine
+
+
+def reranker_of(engine: Any) -> RerankingEngine:
+    """``engine`` as a reranker, or a clear error when it cannot rank."""
+    if not isinstance(engine, RerankingEngine):
+        raise InvalidRequestError(
+            f"{type(engine).__name__} cannot rerank: use a local Engine over a cross-encoder GGUF"
+        )
+    return engine
+
+
+def rerank_texts(
+    binding: EngineBinding, query: str, documents: Sequence[str], settings: RerankSettings
+) -> list[float]:
+    """One score per document (higher is more relevant), in order."""
+    return reranker_of(binding.get()).rerank(
+        query, documents, truncate=settings.truncate, timeout=settings.timeout
+    )
+
+
+async def arerank_texts(
+    binding: EngineBinding, query: str, documents: Sequence[str], settings: RerankSettings
+) -> list[float]:
+    """Async ``rerank_texts``."""
+    engine = await binding.aget()
+    return await reranker_of(engine).arerank(
+        query, documents, truncate=settings.truncate, timeout=settings.timeout
     )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .channel import RequestHandle
 from .config import EngineConfig, LoraAdapter, WeightsKey
-from .interface import ChatRenderer, InferenceEngine
+from .interface import ChatRenderer, ChunkingEngine, InferenceEngine, RerankingEngine
 from .reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .registry import engine_for, live_engines, shared_engine
 from .types import (
@@ -40,6 +40,7 @@ __all__ = [
     "ChatMessage",
     "ChatRenderer",
     "ChatRequest",
+    "ChunkingEngine",
     "Completion",
     "CompletionRequest",
     "Engine",
@@ -55,6 +56,7 @@ __all__ = [
     "ReasoningSpec",
     "ReasoningSplitter",
     "RequestHandle",
+    "RerankingEngine",
     "SamplingParams",
     "SlotStats",
     "StreamChunk",

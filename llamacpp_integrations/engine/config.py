@@ -27,7 +27,7 @@ from typing import Literal, get_args
 from ..errors import InvalidRequestError
 from ..models import resolve_mmproj_path, resolve_model_path
 
-Pooling = Literal["mean", "cls", "last", "model"]
+Pooling = Literal["mean", "cls", "last", "rank", "model"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 RopeScaling = Literal["none", "linear", "yarn", "longrope"]
 SplitMode = Literal["none", "layer", "row"]
@@ -161,7 +161,8 @@ class EngineConfig:
         max_queued: Requests allowed to wait for a free sequence before ``submit`` reports overload.
         chat_template: A Jinja chat template that replaces the one stored in the GGUF.
         embedding_pooling: How token vectors become one text vector (``model`` keeps the GGUF's
-            own pooling, falling back to ``mean`` when the model declares none).
+            own pooling, falling back to ``mean`` when the model declares none; ``rank`` is a
+            cross-encoder's classification head, for ``Engine.rerank``).
         embedding_n_ctx: Token budget of one embedding batch; also the longest text embedded.
         embedding_n_seq_max: Most texts embedded in one decode.
     """
@@ -197,7 +198,7 @@ class EngineConfig:
     chat_template: str | None = None
     embedding_pooling: Pooling = "model"
     embedding_n_ctx: int = 2048
-    embedding_n_seq_max: int = 16
+    embedding_n_seq_max: int = 64
 
     def __post_init__(self) -> None:
         self._check_choices()

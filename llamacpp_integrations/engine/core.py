@@ -28,7 +28,7 @@ from ..errors import (
 from .active import ActiveRequest
 from .config import EngineConfig
 from .embedder import EmbeddingContext
-from .embedding_queue import EmbeddingQueue
+from .embedding_queue import EmbeddingQueue, TimeShare
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .output import OutputProcessor
@@ -75,6 +75,7 @@ class EngineCore:
         self.embeds = EmbeddingQueue()
         self._embedding_pooling = embedding_pooling
         self._embedder: EmbeddingContext | None = None
+        self._share = TimeShare()
         self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
@@ -134,11 +135,18 @@ class EngineCore:
         """One generation step and one embedding batch, each if there is work for it."""
         if self.closing:
             return
-        if self.scheduler.running:
+        chatting = bool(self.scheduler.running)
+        if chatting:
+            start = time.perf_counter()
             self._step()
             self.publish()
-        if self.embeds:
+            self._share.chat(time.perf_counter() - start)
+        if self.embeds and self._share.embedding_may_run(chatting):
+            start = time.perf_counter()
             self._embed_step()
+            self._share.embedded(time.perf_counter() - start)
+        if not (self.scheduler.running and self.embeds):
+            self._share.reset()  # credit only counts while both kinds of work wait
 
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
@@ -421,7 +429,12 @@ class EngineCore:
     def _embed_step(self) -> None:
         """Embed one batch: texts from the oldest jobs, as many as fit one decode."""
         embedder = self._embedder or self._make_embedder()
-        self.embeds.step(embedder.embed, max_tokens=embedder.n_ctx, max_texts=embedder.n_seq_max)
+        # While chats run, every embedding decode sits between two of their steps: keep it to
+        # one generation micro-batch of tokens so a large corpus cannot stall their streams.
+        budget = embedder.n_ctx
+        if self.scheduler.running:
+            budget = min(budget, self.config.n_batch)
+        self.embeds.step(embedder.embed, max_tokens=budget, max_texts=embedder.n_seq_max)
 
     def _make_embedder(self) -> EmbeddingContext:
         self._embedder = EmbeddingContext(

@@ -16,17 +16,23 @@ from ..errors import EngineError, ModelLoadError
 from .config import EngineConfig
 from .runner import LoadedModel, apply_lora, tune_context
 
-__all__ = ["POOLING_TYPES", "EmbeddingContext"]
+__all__ = ["POOLING_TYPES", "RANK_POOLING", "EmbeddingContext"]
 
 POOLING_TYPES = {
     "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
     "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
     "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+    "rank": llama_cpp.LLAMA_POOLING_TYPE_RANK,
 }
+RANK_POOLING = llama_cpp.LLAMA_POOLING_TYPE_RANK
 
 
 class EmbeddingContext:
-    """Embeds up to ``n_seq_max`` texts (``n_ctx`` tokens in all) per decode, one vector each."""
+    """Embeds up to ``n_seq_max`` texts (``n_ctx`` tokens in all) per decode, one vector each.
+
+    With rank pooling (a cross-encoder's classification head) the "vector" of a sequence is its
+    ``n_cls_out`` scores instead of ``n_embd`` floats.
+    """
 
     def __init__(
         self,
@@ -67,6 +73,13 @@ class EmbeddingContext:
         self.n_ctx = n_ctx
         self.n_seq_max = n_seq_max
         self.n_embd = model.n_embd
+        # What llama_get_embeddings_seq holds per sequence: the classifier's outputs under rank
+        # pooling, the pooled hidden state otherwise.
+        self.n_out = (
+            max(1, int(llama_cpp.llama_model_n_cls_out(model.handle)))
+            if pooling == RANK_POOLING
+            else model.n_embd
+        )
 
     def embed(self, token_lists: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
         """One decode over all texts; each must be non-empty and together fit ``n_ctx``."""
@@ -84,7 +97,10 @@ class EmbeddingContext:
         assert n <= self.n_ctx
         batch.n_tokens = n
         if self._memory:
-            llama_cpp.llama_memory_clear(self._memory, True)
+            # Cells only, not data: clearing the data memsets the whole KV buffer (n_ctx cells
+            # of every layer) on every decode, a cost that grows with the context, not with the
+            # batch. Freed cells are masked out, so stale values there are never read.
+            llama_cpp.llama_memory_clear(self._memory, False)
         code = int(llama_cpp.llama_decode(self._ctx, batch))
         if code != 0:
             raise EngineError(f"llama_decode (embeddings) failed with code {code}")
@@ -93,7 +109,7 @@ class EmbeddingContext:
             ptr = llama_cpp.llama_get_embeddings_seq(self._ctx, seq_id)
             if not ptr:
                 raise EngineError("llama.cpp returned no pooled embedding for a sequence")
-            vectors.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
+            vectors.append(np.ctypeslib.as_array(ptr, shape=(self.n_out,)).copy())
         return vectors
 
     def close(self) -> None:

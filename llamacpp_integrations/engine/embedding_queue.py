@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ..errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
 from .requests import EmbedJob
 
-__all__ = ["EmbeddingQueue"]
+__all__ = ["EmbeddingQueue", "TimeShare"]
 
 EmbedFn = Callable[[list[Sequence[int]]], list[npt.NDArray[np.float32]]]
 
@@ -52,7 +52,9 @@ class EmbeddingQueue:
         for progress in self._jobs:
             for index in range(len(progress.vectors), len(progress.job.token_lists)):
                 n = len(progress.job.token_lists[index])
-                if len(picked) == max_texts or n > budget:
+                # The first text always goes: the budget may have been cut below the longest
+                # text (to leave room for chats), and every text fits the context itself.
+                if len(picked) == max_texts or (n > budget and picked):
                     break
                 picked.append((progress, index))
                 budget -= n
@@ -74,7 +76,7 @@ class EmbeddingQueue:
                 progress.vectors.append(as_floats(next(vectors), progress.job.normalize))
             if progress.remaining == 0:
                 self._jobs.remove(progress)
-                progress.job.channel.put(progress.vectors)
+                progress.job.channel.put(_joined(progress))
 
     def cancel(self, request_id: str, error: LlamaCppIntegrationError) -> bool:
         """End the job ``request_id`` with ``error``; False if it is not here."""
@@ -107,3 +109,48 @@ def as_floats(vector: npt.NDArray[np.float32], normalize: bool) -> list[float]:
         if norm > 0:
             wide = wide / norm
     return [float(x) for x in wide.tolist()]
+
+
+def _joined(progress: _Progress) -> list[list[float]]:
+    """One vector per text: each text's chunks averaged, weighted by their token counts."""
+    job = progress.job
+    if job.chunks is None:
+        return progress.vectors
+    out: list[list[float]] = []
+    start = 0
+    for count in job.chunks:
+        parts = np.asarray(progress.vectors[start : start + count], dtype=np.float64)
+        weights = np.asarray(
+            [len(job.token_lists[i]) for i in range(start, start + count)], dtype=np.float64
+        )
+        mean = (parts * weights[:, None]).sum(axis=0) / weights.sum()
+        out.append(as_floats(mean.astype(np.float32), job.normalize))
+        start += count
+    return out
+
+
+class TimeShare:
+    """Splits the worker's time evenly between chat steps and embedding decodes while both wait.
+
+    An embedding decode of a few hundred tokens takes far longer than one generation step, so
+    alternating one of each would leave chats a small fraction of the time. Instead an
+    embedding decode runs only while embedding has used no more time than chats since both
+    started waiting: streams then keep at least about half their speed, and the corpus still
+    goes in large, efficient decodes.
+    """
+
+    def __init__(self) -> None:
+        self._chat_s = 0.0
+        self._embed_s = 0.0
+
+    def chat(self, seconds: float) -> None:
+        self._chat_s += seconds
+
+    def embedded(self, seconds: float) -> None:
+        self._embed_s += seconds
+
+    def embedding_may_run(self, chatting: bool) -> bool:
+        return not chatting or self._embed_s <= self._chat_s
+
+    def reset(self) -> None:
+        self._chat_s = self._embed_s = 0.0

@@ -18,11 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineClosedError, ModelLoadError
+from ..errors import EngineClosedError, InvalidRequestError, ModelLoadError
 from ..models import GGUFInfo, read_gguf_info
 from .channel import EventChannel, RequestHandle
 from .config import EngineConfig
-from .embedder import POOLING_TYPES
+from .embedder import POOLING_TYPES, RANK_POOLING
 from .host import Attachment, ModelHost, open_host
 from .inbox import Inbox
 from .interface import PromptRequest
@@ -43,6 +43,13 @@ __all__ = ["Engine"]
 log = logging.getLogger("llamacpp_integrations.engine")
 
 _MEAN_POOLING = POOLING_TYPES["mean"]
+
+
+def _embedding_only(gguf: GGUFInfo) -> bool:
+    """Whether the GGUF is an encoder (BERT, nomic-bert...) or declares a pooling of its own:
+    a model made to embed or rank, which is never asked to generate."""
+    causal = gguf.metadata.get(f"{gguf.architecture}.attention.causal")
+    return causal is False or gguf.pooling_type not in (None, 0)
 
 
 def _projector_image_side(path: str) -> int | None:
@@ -87,6 +94,8 @@ class Engine:
         pooling = POOLING_TYPES.get(config.embedding_pooling)
         if pooling is None:  # "model": the GGUF's own pooling, else mean
             pooling = gguf.pooling_type if gguf.pooling_type not in (None, 0) else _MEAN_POOLING
+        self.pooling = pooling
+        self.embedding_only = _embedding_only(gguf)
         host = open_host(config.weights)
         inbox = Inbox(config.max_queued, host.cond)
         try:
@@ -141,7 +150,9 @@ class Engine:
             model,
             vision,
             template_source,
-            PromptLimits(self.n_ctx_per_seq, config.embedding_n_ctx),
+            # Never past the trained context: an encoder's learned position table (BERT) has
+            # no row beyond it.
+            PromptLimits(self.n_ctx_per_seq, min(config.embedding_n_ctx, model.n_ctx_train)),
             model_label=gguf.name or Path(config.model).name,
         )
 
@@ -210,6 +221,13 @@ class Engine:
 
     def _prepare(self, request: GenerationRequest, channel: EventChannel) -> PreparedRequest:
         self._check_open(request.request_id)
+        if self.embedding_only:
+            raise InvalidRequestError(
+                f"{Path(self.info.path).name} is an embedding or reranking model "
+                f"({self.info.architecture}); it does not generate text: load a chat model "
+                "in a second engine beside it",
+                request_id=request.request_id,
+            )
         return self._prep.prepare(request, channel)
 
     def _handle(self, prepared: PreparedRequest, channel: EventChannel) -> RequestHandle:
@@ -274,10 +292,11 @@ class Engine:
         normalize: bool,
         truncate: bool,
         timeout: float | None,
+        chunk: bool = False,
     ) -> EmbedJob:
         self._check_open()
         return self._prep.embed_job(
-            texts, channel, normalize=normalize, truncate=truncate, timeout=timeout
+            texts, channel, normalize=normalize, truncate=truncate, timeout=timeout, chunk=chunk
         )
 
     def embed(
@@ -287,15 +306,18 @@ class Engine:
         normalize: bool = True,
         truncate: bool = False,
         timeout: float | None = None,
+        chunk: bool = False,
     ) -> list[list[float]]:
         """One vector (plain floats) per text, batched with other callers' texts.
 
-        Texts longer than ``embedding_n_ctx`` tokens raise ``ContextOverflowError`` unless
-        ``truncate`` is on. When ``max_queued`` requests already wait, this waits for room, up
-        to ``timeout`` seconds if given, then raises ``EngineOverloadedError``.
+        Texts longer than ``embedding_n_ctx`` tokens (or the model's trained context) raise
+        ``ContextOverflowError`` unless ``truncate`` keeps their head, or ``chunk`` cuts them
+        into windows that fit, embeds each and averages them (weighted by their tokens). When
+        ``max_queued`` requests already wait, this waits for room, up to ``timeout`` seconds if
+        given, then raises ``EngineOverloadedError``.
         """
         channel = EventChannel()
-        job = self._embed_job(texts, channel, normalize, truncate, timeout)
+        job = self._embed_job(texts, channel, normalize, truncate, timeout, chunk)
         self._inbox.put(job, wait=timeout)
         return _vectors(channel.get(self._host.alive))
 
@@ -306,13 +328,75 @@ class Engine:
         normalize: bool = True,
         truncate: bool = False,
         timeout: float | None = None,
+        chunk: bool = False,
     ) -> list[list[float]]:
         """Async ``embed``; tokenizing runs on a thread."""
         channel = EventChannel(asyncio.get_running_loop())
-        job = await asyncio.to_thread(self._embed_job, texts, channel, normalize, truncate, timeout)
+        job = await asyncio.to_thread(
+            self._embed_job, texts, channel, normalize, truncate, timeout, chunk
+        )
         await self._inbox.aput(job, wait=timeout)
         try:
             return _vectors(await channel.aget(self._host.alive))
+        except asyncio.CancelledError:
+            self._inbox.cancel(job.request_id)
+            raise
+
+    # ---- reranking --------------------------------------------------------------------------
+
+    def _rerank_job(
+        self,
+        query: str,
+        documents: Sequence[str],
+        channel: EventChannel,
+        truncate: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
+        self._check_open()
+        if self.pooling != RANK_POOLING:
+            raise InvalidRequestError(
+                f"{Path(self.info.path).name} has no rank pooling, so it cannot rerank: load a "
+                "cross-encoder (a reranker GGUF) or set embedding_pooling='rank' on a model "
+                "with a classification head"
+            )
+        return self._prep.rerank_job(query, documents, channel, truncate=truncate, timeout=timeout)
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        """How relevant each document is to ``query``: one score per document, in order
+        (higher is more relevant), from a cross-encoder's rank pooling.
+
+        Pairs are batched into the embedding decodes like texts are, with other callers'
+        work. A pair longer than ``embedding_n_ctx`` tokens raises ``ContextOverflowError``
+        unless ``truncate`` cuts the document's end. Needs a model whose pooling is ``rank``.
+        """
+        channel = EventChannel()
+        job = self._rerank_job(query, documents, channel, truncate, timeout)
+        self._inbox.put(job, wait=timeout)
+        return [v[0] for v in _vectors(channel.get(self._host.alive))]
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        """Async ``rerank``; tokenizing runs on a thread."""
+        channel = EventChannel(asyncio.get_running_loop())
+        job = await asyncio.to_thread(
+            self._rerank_job, query, documents, channel, truncate, timeout
+        )
+        await self._inbox.aput(job, wait=timeout)
+        try:
+            return [v[0] for v in _vectors(await channel.aget(self._host.alive))]
         except asyncio.CancelledError:
             self._inbox.cancel(job.request_id)
             raise

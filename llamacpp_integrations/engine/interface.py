@@ -24,7 +24,7 @@ from .types import (
     StreamChunk,
 )
 
-__all__ = ["ChatRenderer", "InferenceEngine", "PromptRequest"]
+__all__ = ["ChatRenderer", "ChunkingEngine", "InferenceEngine", "PromptRequest", "RerankingEngine"]
 
 PromptRequest = ChatRequest | CompletionRequest
 
@@ -119,6 +119,64 @@ class InferenceEngine(Protocol):
         normalize: bool = True,
         truncate: bool = False,
         timeout: float | None = None,
+    ) -> list[list[float]]:
+        """Async ``embed``."""
+        ...
+
+
+@runtime_checkable
+class RerankingEngine(Protocol):
+    """An optional capability beside ``InferenceEngine``: scoring documents against a query
+    with a cross-encoder (the local ``Engine`` over a model with rank pooling)."""
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        """One relevance score per document, in order; higher is more relevant."""
+        ...
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        """Async ``rerank``."""
+        ...
+
+
+@runtime_checkable
+class ChunkingEngine(Protocol):
+    """An optional capability: ``embed`` that cuts texts too long for the context into windows
+    and averages their vectors (``chunk=True``), as the local ``Engine`` does."""
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+        chunk: bool = False,
+    ) -> list[list[float]]:
+        """One vector per text; with ``chunk``, long texts are averaged over windows."""
+        ...
+
+    async def aembed(
+        self,
+        texts: Sequence[str],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+        chunk: bool = False,
     ) -> list[list[float]]:
         """Async ``embed``."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import (
     ChatTemplateError,
@@ -249,8 +249,10 @@ class Preprocessor:
         normalize: bool,
         truncate: bool,
         timeout: float | None,
+        chunk: bool = False,
     ) -> EmbedJob:
-        """Texts tokenized for the embedding context, each within its budget."""
+        """Texts tokenized for the embedding context, each within its budget (or, with
+        ``chunk``, cut into consecutive windows that are embedded apart and averaged)."""
         request_id = new_request_id()
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
@@ -258,10 +260,16 @@ class Preprocessor:
             raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
         limit = self._limits.embedding_n_ctx
         token_lists: list[list[int]] = []
+        chunks: list[int] = []
         for index, text in enumerate(texts):
             tokens = self._model.tokenize(text, add_special=True, parse_special=False)
             if not tokens:
                 tokens = [self._model.bos_token_id]  # an empty text still gets a vector
+            if chunk:
+                windows = self._windows(text, tokens, limit)
+                token_lists += windows
+                chunks.append(len(windows))
+                continue
             if len(tokens) > limit:
                 if not truncate:
                     raise ContextOverflowError(
@@ -273,6 +281,114 @@ class Preprocessor:
                     )
                 tokens = tokens[:limit]
             token_lists.append(tokens)
+        job = self._embed_job(request_id, token_lists, channel, normalize, timeout)
+        return replace(job, chunks=chunks) if chunk else job
+
+    def _windows(self, text: str, tokens: list[int], limit: int) -> list[list[int]]:
+        """``text`` as consecutive windows of at most ``limit`` tokens, each with the special
+        tokens the model adds around a text (so every window reads as a text of its own)."""
+        if len(tokens) <= limit:
+            return [tokens]
+        body = self._model.tokenize(text, add_special=False, parse_special=False)
+        empty = self._model.tokenize("", add_special=True, parse_special=False)
+        # Where the added tokens sit: those before the body, and those after it.
+        n_head = 1 if self._model.adds_bos and self._model.bos_token_id >= 0 else 0
+        head, tail = empty[:n_head], empty[n_head:]
+        room = max(1, limit - len(head) - len(tail))
+        return [head + body[i : i + room] + tail for i in range(0, len(body), room)]
+
+    def rerank_job(
+        self,
+        query: str,
+        documents: Sequence[str],
+        channel: EventChannel,
+        *,
+        truncate: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
+        """One cross-encoder input per document: the query and the document as a sentence pair.
+
+        The pair is laid out as llama.cpp's server does it for a model without a rerank
+        template: BOS, query, EOS (or SEP), SEP, document, EOS, each only where the vocabulary
+        adds it (so ``[CLS] q [SEP] d [SEP]`` for a BERT cross-encoder).
+        """
+        request_id = new_request_id()
+        if not isinstance(query, str):
+            raise InvalidRequestError("query must be a string", request_id=request_id)
+        if isinstance(documents, str) or not all(isinstance(d, str) for d in documents):
+            raise InvalidRequestError("documents must be a list of strings", request_id=request_id)
+        if not documents:
+            raise InvalidRequestError("documents is empty: nothing to rank", request_id=request_id)
+        model = self._model
+        if model.rerank_template is not None:
+            return self._templated_rerank_job(
+                request_id, query, documents, channel, truncate=truncate, timeout=timeout
+            )
+        end = model.eos_token_id if model.eos_token_id >= 0 else model.sep_token_id
+        head = [model.bos_token_id] if model.adds_bos and model.bos_token_id >= 0 else []
+        head += model.tokenize(query, add_special=False, parse_special=False)
+        if model.adds_eos and end >= 0:
+            head.append(end)
+        if model.adds_sep and model.sep_token_id >= 0:
+            head.append(model.sep_token_id)
+        tail = [end] if model.adds_eos and end >= 0 else []
+        limit = self._limits.embedding_n_ctx
+        token_lists: list[list[int]] = []
+        for index, document in enumerate(documents):
+            body = model.tokenize(document, add_special=False, parse_special=False)
+            tokens = head + body + tail
+            if len(tokens) > limit:
+                if not truncate or len(head) + len(tail) >= limit:
+                    raise ContextOverflowError(
+                        f"query and document {index} make {len(tokens)} tokens; the reranker "
+                        f"takes at most {limit} (pass truncate=True or shorten them)",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=limit,
+                        request_id=request_id,
+                    )
+                tokens = head + body[: limit - len(head) - len(tail)] + tail
+            token_lists.append(tokens)
+        return self._embed_job(request_id, token_lists, channel, False, timeout)
+
+    def _templated_rerank_job(
+        self,
+        request_id: str,
+        query: str,
+        documents: Sequence[str],
+        channel: EventChannel,
+        *,
+        truncate: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
+        """Pairs laid out by the model's own rerank template (the head is kept on overflow)."""
+        template = self._model.rerank_template
+        assert template is not None
+        limit = self._limits.embedding_n_ctx
+        token_lists: list[list[int]] = []
+        for index, document in enumerate(documents):
+            text = template.replace("{query}", query).replace("{document}", document)
+            tokens = self._model.tokenize(text, add_special=False, parse_special=True)
+            if len(tokens) > limit:
+                if not truncate:
+                    raise ContextOverflowError(
+                        f"query and document {index} make {len(tokens)} tokens; the reranker "
+                        f"takes at most {limit} (pass truncate=True or shorten them)",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=limit,
+                        request_id=request_id,
+                    )
+                tokens = tokens[:limit]
+            token_lists.append(tokens)
+        return self._embed_job(request_id, token_lists, channel, False, timeout)
+
+    def _embed_job(
+        self,
+        request_id: str,
+        token_lists: list[list[int]],
+        channel: EventChannel,
+        normalize: bool,
+        timeout: float | None,
+    ) -> EmbedJob:
         now = time.monotonic()
         return EmbedJob(
             request_id=request_id,

@@ -58,3 +58,5 @@ class EmbedJob:
     submitted_at: float
     deadline: float | None
     channel: EventChannel = field(repr=False)
+    # Chunk-and-average mode: how many consecutive token lists make each text (None: one each).
+    chunks: Sequence[int] | None = None

@@ -122,8 +122,15 @@ class LoadedModel:
         self.bos_token_id: int = llama_cpp.llama_vocab_bos(self._vocab)
         self.eos_token_id: int = llama_cpp.llama_vocab_eos(self._vocab)
         self.adds_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.adds_eos: bool = bool(llama_cpp.llama_vocab_get_add_eos(self._vocab))
+        self.adds_sep: bool = bool(llama_cpp.llama_vocab_get_add_sep(self._vocab))
+        self.sep_token_id: int = llama_cpp.llama_vocab_sep(self._vocab)
         template = llama_cpp.llama_model_chat_template(model, None)
         self.chat_template: str | None = template.decode("utf-8") if template else None
+        # A decoder reranker (Qwen3-Reranker) lays out its query/document pair in a template
+        # of its own, with {query} and {document} placeholders.
+        rerank = llama_cpp.llama_model_chat_template(model, b"rerank")
+        self.rerank_template: str | None = rerank.decode("utf-8") if rerank else None
         buf = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(model, buf, len(buf))
         self.description = buf.value.decode("utf-8", errors="replace")
@@ -158,6 +165,8 @@ class LoadedModel:
             capacity = -n
 
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        if token < 0:  # LLAMA_TOKEN_NULL (an encoder has no EOS): llama.cpp would throw and abort
+            return b""
         buf = getattr(self._piece_buf, "buf", None)
         if buf is None:
             buf = self._piece_buf.buf = ctypes.create_string_buffer(256)

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from .chat_model import ChatLlamaCpp
 from .embeddings import LlamaCppEmbeddings
+from .reranker import LlamaCppReranker
 
-__all__ = ["ChatLlamaCpp", "LlamaCppEmbeddings"]
+__all__ = ["ChatLlamaCpp", "LlamaCppEmbeddings", "LlamaCppReranker"]

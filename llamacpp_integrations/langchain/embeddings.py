@@ -6,7 +6,13 @@ from langchain_core.embeddings import Embeddings
 from pydantic import ConfigDict, Field
 
 from ..client import EngineSettings
-from ..client.embedding import EmbeddingSettings, aembed_texts, embed_texts
+from ..client.embedding import (
+    EmbeddingSettings,
+    aembed_texts,
+    embed_texts,
+    model_prefixes,
+    progress_bar,
+)
 from ..engine import InferenceEngine
 
 __all__ = ["LlamaCppEmbeddings"]
@@ -25,6 +31,12 @@ class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
     set engine settings serve from the same engine; with other settings they still share the
     weights. Pass ``engine=`` to use one you manage yourself; the model and engine settings are
     then ignored.
+
+    Dedicated embedding models (BERT-style encoders such as bge or nomic-embed-text, decoder
+    embedders with their own pooling) load as embedding-only engines. ``embed_query`` and
+    ``embed_documents`` put the model family's query and document prefixes before the texts
+    when the family defines them (``model_prefixes``; ``query_prefix`` and ``document_prefix``
+    set them yourself); a model the table does not know gets none.
 
     Errors are the package's typed exceptions: an empty list raises ``InvalidRequestError``, a text
     longer than ``embedding_n_ctx`` tokens raises ``ContextOverflowError`` (unless
@@ -62,6 +74,18 @@ class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
         repr=False,
         description="An engine to serve from instead of the registry's shared one.",
     )
+    query_prefix: str | None = Field(
+        default=None,
+        description="Text put before every query; None takes the model family's (see "
+        "model_prefixes).",
+    )
+    document_prefix: str | None = Field(
+        default=None,
+        description="Text put before every document; None takes the model family's.",
+    )
+    show_progress: bool = Field(
+        default=False, description="Show a tqdm progress bar in embed_documents (if installed)."
+    )
 
     def _supplied_engine(self) -> InferenceEngine | None:
         return self.engine
@@ -70,18 +94,42 @@ class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
         """The engine to serve from, loaded on first use (replaced if it was closed)."""
         return self.binding.get()
 
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """One vector per text, in order, computed in a single engine call."""
-        return embed_texts(self.binding, texts, self)
+    def _prefixed(self, texts: list[str], *, query: bool) -> list[str]:
+        given = self.query_prefix if query else self.document_prefix
+        if given is None:
+            if not texts:  # refused as empty before any model is loaded
+                return texts
+            if not self.model_prefixes:
+                return texts
+            family = model_prefixes(self._get_engine())
+            given = family.query if query else family.document
+        return [given + text for text in texts] if given else texts
+
+    def embed_documents(
+        self, texts: list[str], *, show_progress: bool | None = None
+    ) -> list[list[float]]:
+        """One vector per document, in order, sent to the engine ``batch_size`` texts at a
+        time; ``show_progress`` (default: the field) shows a tqdm bar."""
+        show = self.show_progress if show_progress is None else show_progress
+        with progress_bar(show, len(texts), "Embedding") as bar:
+            return embed_texts(self.binding, self._prefixed(texts, query=False), self, progress=bar)
 
     def embed_query(self, text: str) -> list[float]:
-        """The vector of one text (queries and documents are embedded the same way)."""
-        return self.embed_documents([text])[0]
+        """The vector of a search query (with the model family's query prefix, if any)."""
+        return embed_texts(self.binding, self._prefixed([text], query=True), self)[0]
 
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+    async def aembed_documents(
+        self, texts: list[str], *, show_progress: bool | None = None
+    ) -> list[list[float]]:
         """Like ``embed_documents``, awaiting the engine without blocking the event loop."""
-        return await aembed_texts(self.binding, texts, self)
+        await self.binding.aget()  # loads the model off the event loop before prefixes need it
+        show = self.show_progress if show_progress is None else show_progress
+        with progress_bar(show, len(texts), "Embedding") as bar:
+            return await aembed_texts(
+                self.binding, self._prefixed(texts, query=False), self, progress=bar
+            )
 
     async def aembed_query(self, text: str) -> list[float]:
         """Like ``embed_query``, awaiting the engine without blocking the event loop."""
-        return (await self.aembed_documents([text]))[0]
+        await self.binding.aget()
+        return (await aembed_texts(self.binding, self._prefixed([text], query=True), self))[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .embedding import LlamaCppEmbedding
 from .llm import LlamaCpp
+from .reranker import LlamaCppRerank
 from .window import ModelTokenizer
 
-__all__ = ["LlamaCpp", "LlamaCppEmbedding", "ModelTokenizer"]
+__all__ = ["LlamaCpp", "LlamaCppEmbedding", "LlamaCppRerank", "ModelTokenizer"]

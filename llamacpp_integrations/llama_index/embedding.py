@@ -9,7 +9,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
 from ..client import EngineSettings, engine_settings_of
-from ..client.embedding import EmbeddingSettings, aembed_texts, embed_texts
+from ..client.embedding import EmbeddingSettings, aembed_texts, embed_texts, model_prefixes
 from ..engine import InferenceEngine
 
 __all__ = ["LlamaCppEmbedding"]
@@ -29,6 +29,10 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
         embed_model = LlamaCppEmbedding(model="smollm2-135m")
         index = VectorStoreIndex.from_documents(documents, embed_model=embed_model)
 
+    Dedicated embedding models (BERT-style encoders, decoder embedders with their own pooling)
+    load as embedding-only engines; queries and documents get the model family's prefixes when
+    it defines them (``model_prefixes``; ``query_instruction`` / ``text_instruction`` override).
+
     Texts longer than the engine's ``embedding_n_ctx`` tokens raise ``ContextOverflowError``
     unless ``truncate`` is set. Vectors are L2-normalised unless ``normalize`` is off.
     """
@@ -44,10 +48,13 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
         "'hf://owner/repo/file.gguf', or None for the LLAMACPP_MODEL environment variable.",
     )
     query_instruction: str | None = Field(
-        default=None, description="Text put before every query (for models trained with one)."
+        default=None,
+        description="Text put before every query; None takes the model family's prefix "
+        "(see model_prefixes).",
     )
     text_instruction: str | None = Field(
-        default=None, description="Text put before every document text."
+        default=None,
+        description="Text put before every document text; None takes the model family's.",
     )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
@@ -91,13 +98,21 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
             self.model_name = _name_of(engine)
         return engine
 
+    def _instruction(self, *, query: bool) -> str:
+        given = self.query_instruction if query else self.text_instruction
+        if given is None and self.model_prefixes:
+            family = model_prefixes(self.engine)
+            given = family.query if query else family.document
+        return given or ""
+
     def _query(self, query: str) -> str:
-        return f"{self.query_instruction}{query}" if self.query_instruction else query
+        return self._instruction(query=True) + query
 
     def _texts(self, texts: list[str]) -> list[str]:
-        if not self.text_instruction:
+        if not texts:
             return texts
-        return [f"{self.text_instruction}{text}" for text in texts]
+        instruction = self._instruction(query=False)
+        return [instruction + text for text in texts] if instruction else texts
 
     def _embed(self, texts: list[str]) -> list[Embedding]:
         self._named(self.binding.get())
@@ -111,6 +126,7 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
         return self._embed([self._query(query)])[0]
 
     async def _aget_query_embedding(self, query: str) -> Embedding:
+        self._named(await self.binding.aget())  # loaded off the loop before prefixes need it
         return (await self._aembed([self._query(query)]))[0]
 
     def _get_text_embedding(self, text: str) -> Embedding:
@@ -123,6 +139,7 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
         return self._embed(self._texts(texts))
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        self._named(await self.binding.aget())
         return await self._aembed(self._texts(texts))
 
 

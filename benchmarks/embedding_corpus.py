@@ -1,0 +1,227 @@
+"""Indexing a corpus: our engine against ``llama-server --embeddings`` and the prompt-processing
+ceiling, on mixed-length texts; and chat speed while a corpus is embedded.
+
+``--texts`` texts (2,000 by default) of 10 to 400 tokens, the same list for every side. Sides,
+one after the other (never two thread teams at once):
+
+* **ours**: ``Engine.embed`` over the whole list in one call (the engine packs it into decodes).
+* **llama-server**: llama.cpp's C++ server from the same vendored sources, ``--embeddings``
+  with the same pooling and threads (``--no-repack`` where ours turns repacking off), 4 slots of
+  2,048 tokens, ``/v1/embeddings`` requests of 32 texts from 4 client threads.
+* **ceiling**: no ``llama-bench`` binary is built here, so the ceiling is llama.cpp's prompt
+  processing measured directly: one 512-token prompt decoded in one sequence by our generation
+  context (what ``llama-bench -p 512`` measures), best of 3. Only for models that generate.
+* **chat**: tokens/s of one greedy 64-token chat alone, and while the corpus is being embedded
+  on the same engine (the embedding job running in a thread).
+
+    python benchmarks/embedding_corpus.py --server PATH [--model smollm2-135m] [--texts 2000]
+        [--encoder]   # the tiny random BERT encoder of tests/fixtures instead of --model
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import results
+
+from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, Engine
+from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from llamacpp_integrations.models import resolve_model_path
+
+PORT = 18131
+WORDS = [
+    "the", "river", "runs", "past", "an", "old", "mill", "where", "owls", "nest", "and", "bread",
+    "is", "baked", "in", "copper", "ovens", "while", "comets", "cross", "a", "glass", "sky",
+    "over", "mountains", "tides", "glaciers", "deserts", "of", "salt", "under", "kites",
+]  # fmt: skip
+
+
+def corpus(n: int, max_words: int, seed: int = 7) -> list[str]:
+    """``n`` texts of 9 to ``max_words`` words (SmolLM2 takes about 1.1 tokens per word here,
+    so 360 words make about 400 tokens)."""
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(9, max_words))) + f" ({i})"
+        for i in range(n)
+    ]
+
+
+def ours(engine: Engine, texts: list[str]) -> dict[str, Any]:
+    engine.embed(texts[:8])  # makes the embedding context
+    start = time.perf_counter()
+    vectors = engine.embed(texts, truncate=True)
+    wall = time.perf_counter() - start
+    assert len(vectors) == len(texts)
+    return {"wall_s": wall}
+
+
+def ceiling(engine: Engine) -> float:
+    """Prompt tokens/s of one 512-token prompt in one sequence (llama-bench's pp512)."""
+    prompt = " ".join(WORDS * 40)
+    tokens = engine.tokenize(prompt)[:512]
+    text = engine.detokenize(tokens)
+    n = len(engine.tokenize(text))
+    best = float("inf")
+    for _ in range(3):
+        engine.clear_cache()
+        start = time.perf_counter()
+        engine.generate(CompletionRequest(prompt=text, max_tokens=1))
+        best = min(best, time.perf_counter() - start)
+    return n / best
+
+
+def chat_rate(engine: Engine) -> float:
+    request = ChatRequest(
+        messages=[ChatMessage(role="user", content="Tell me about rivers.")],
+        max_tokens=64,
+        ignore_eos=True,
+    )
+    start = time.perf_counter()
+    done = engine.generate(request)
+    return done.usage.completion_tokens / (time.perf_counter() - start)
+
+
+def chat_while_embedding(engine: Engine, texts: list[str]) -> dict[str, float]:
+    alone = max(chat_rate(engine) for _ in range(2))
+    worker = threading.Thread(target=engine.embed, args=(texts,), kwargs={"truncate": True})
+    worker.start()
+    time.sleep(0.5)  # the corpus job is in the queue and decoding
+    during = [chat_rate(engine) for _ in range(2) if worker.is_alive()]
+    worker.join()
+    return {"chat_alone_tps": alone, "chat_during_tps": min(during) if during else float("nan")}
+
+
+def start_server(binary: str, model: str, threads: int, pooling: str | None) -> Any:
+    command = [
+        binary, "-m", model, "--host", "127.0.0.1", "--port", str(PORT), "--embeddings",
+        "-np", "4", "-c", "8192", "-b", "2048", "-ub", "2048",
+        "-t", str(threads), "-tb", str(threads), "--no-webui",
+    ]  # fmt: skip
+    if pooling:
+        command += ["--pooling", pooling]
+    if cpu_advertises_amx():
+        command.append("--no-repack")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return process
+        except OSError:
+            pass
+        if process.poll() is not None:
+            sys.exit(f"llama-server exited with code {process.returncode}: {' '.join(command)}")
+        time.sleep(0.2)
+    process.kill()
+    sys.exit("llama-server did not become healthy within 120 s")
+
+
+def server_side(texts: list[str]) -> dict[str, Any]:
+    batches = [texts[i : i + 32] for i in range(0, len(texts), 32)]
+    lock = threading.Lock()
+    count = [0]
+
+    def post(batch: list[str]) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=3600)
+        body = json.dumps({"input": batch})
+        connection.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
+        data = json.loads(connection.getresponse().read())
+        with lock:
+            count[0] += len(data["data"])
+
+    def run(index: int) -> None:
+        for batch in batches[index::4]:
+            post(batch)
+
+    post(texts[:8])  # warm-up
+    count[0] = 0
+    start = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    assert count[0] == len(texts), count
+    return {"wall_s": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--encoder", action="store_true", help="the tiny random BERT encoder")
+    parser.add_argument("--texts", type=int, default=2000)
+    parser.add_argument("--server", default=".cache/llama-server/build/bin/llama-server")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    threads = os.cpu_count() or 1
+    if args.encoder:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.fixtures.tiny_encoder import build_tiny_encoder
+
+        model = str(build_tiny_encoder(Path(tempfile.mkdtemp()) / "tiny-bert.gguf"))
+    else:
+        model = str(resolve_model_path(args.model))
+    # The tiny encoder spells most of these words letter by letter and knows 128 positions.
+    texts = corpus(args.texts, 20 if args.encoder else 360)
+    row: dict[str, Any] = {}
+    with Engine(model=model, n_threads=threads) as engine:
+        limit = min(engine.config.embedding_n_ctx, engine.info.n_ctx_train)
+        n_tokens = sum(min(len(engine.tokenize(t, add_special=True)), limit) for t in texts)
+        mine = ours(engine, texts)
+        if not engine.embedding_only:
+            row["ceiling_tps"] = ceiling(engine)
+            row.update(chat_while_embedding(engine, texts))
+        pooling = None if engine.embedding_only else "mean"
+    server = start_server(args.server, model, threads, pooling)
+    try:
+        theirs = server_side(texts)
+    finally:
+        server.terminate()
+        server.wait()
+    ours_tps = n_tokens / mine["wall_s"]
+    server_tps = n_tokens / theirs["wall_s"]
+    name = "tiny BERT encoder" if args.encoder else Path(model).name
+    print(f"# Corpus embedding: {len(texts)} texts, {n_tokens} tokens, {name}, {threads} threads\n")
+    print("| side | texts/s | tokens/s | vs ours |")
+    print("|---|---:|---:|---:|")
+    print(f"| ours (Engine.embed) | {len(texts) / mine['wall_s']:.1f} | {ours_tps:.0f} | 1.00x |")
+    print(
+        f"| llama-server /v1/embeddings | {len(texts) / theirs['wall_s']:.1f} "
+        f"| {server_tps:.0f} | {server_tps / ours_tps:.2f}x |"
+    )
+    if "ceiling_tps" in row:
+        print(
+            f"| ceiling: prompt processing, 512 tokens, one sequence | | "
+            f"{row['ceiling_tps']:.0f} | {row['ceiling_tps'] / ours_tps:.2f}x |"
+        )
+        print(
+            f"\nChat while embedding: {row['chat_during_tps']:.1f} tokens/s vs "
+            f"{row['chat_alone_tps']:.1f} alone "
+            f"({row['chat_during_tps'] / row['chat_alone_tps']:.2f}x)"
+        )
+    results.write(
+        args.json,
+        "embedding_corpus",
+        {"model": name, "texts": len(texts), "tokens": n_tokens, "threads": threads},
+        ours=mine,
+        server=theirs,
+        **row,
+    )
+
+
+if __name__ == "__main__":
+    main()
