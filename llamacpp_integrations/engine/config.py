@@ -31,6 +31,7 @@ Pooling = Literal["mean", "cls", "last", "model"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 RopeScaling = Literal["none", "linear", "yarn", "longrope"]
 SplitMode = Literal["none", "layer", "row"]
+Speculative = Literal["ngram"]
 
 QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
 """Cache types stored in blocks; llama.cpp needs flash attention for such a V cache."""
@@ -43,6 +44,7 @@ __all__ = [
     "LoraAdapter",
     "Pooling",
     "RopeScaling",
+    "Speculative",
     "SplitMode",
     "WeightsKey",
 ]
@@ -164,6 +166,16 @@ class EngineConfig:
             own pooling, falling back to ``mean`` when the model declares none).
         embedding_n_ctx: Token budget of one embedding batch; also the longest text embedded.
         embedding_n_seq_max: Most texts embedded in one decode.
+        speculative: Speculative decoding: ``"ngram"`` drafts each sequence's next tokens by
+            looking its last tokens up in its own prompt and output (prompt lookup), and verifies
+            the drafts inside the shared batched decode; ``None`` turns it off. Outputs are the
+            same either way (greedy: the same tokens; sampled: the same distribution); answers
+            that quote their input (extraction, RAG, code edits, JSON) come faster.
+        speculative_max_draft: Most tokens one sequence drafts per step (the draft length
+            adapts below this to the sequence's acceptance).
+        speculative_ngram_size: Longest n-gram looked up for a draft (down to 2).
+        speculative_max_batch: Speculate only while at most this many sequences are
+            decoding: a fuller batch already keeps the CPU busy, and drafts would only slow it.
     """
 
     model: str | None = None
@@ -198,6 +210,10 @@ class EngineConfig:
     embedding_pooling: Pooling = "model"
     embedding_n_ctx: int = 2048
     embedding_n_seq_max: int = 16
+    speculative: Speculative | None = "ngram"
+    speculative_max_draft: int = 8
+    speculative_ngram_size: int = 3
+    speculative_max_batch: int = 2
 
     def __post_init__(self) -> None:
         self._check_choices()
@@ -214,6 +230,9 @@ class EngineConfig:
             "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
+            "speculative_max_draft": 0 <= self.speculative_max_draft <= 64,
+            "speculative_ngram_size": 2 <= self.speculative_ngram_size <= 16,
+            "speculative_max_batch": self.speculative_max_batch >= 0,
             "n_threads": self.n_threads is None or self.n_threads >= 1,
             "main_gpu": self.main_gpu >= 0,
             "rope_freq_base": self.rope_freq_base is None or self.rope_freq_base > 0,
@@ -236,6 +255,7 @@ class EngineConfig:
             "split_mode": (self.split_mode, get_args(SplitMode)),
             "rope_scaling_type": (self.rope_scaling_type, (None, *get_args(RopeScaling))),
             "embedding_pooling": (self.embedding_pooling, get_args(Pooling)),
+            "speculative": (self.speculative, (None, *get_args(Speculative))),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:

@@ -24,6 +24,7 @@ from ..errors import (
     RequestTimeoutError,
 )
 from .active import ActiveRequest
+from .batch import BatchEntry
 from .config import EngineConfig
 from .embedder import EmbeddingContext
 from .embedding_queue import EmbeddingQueue
@@ -32,7 +33,8 @@ from .logprobs import LogprobComputer
 from .output import OutputProcessor
 from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
-from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
+from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
+from .speculative import SeqSpeculation, SpecStats
 from .types import EngineStats, FinishReason, SlotStats, StreamChunk
 from .vision import VisionProjector
 
@@ -76,6 +78,7 @@ class EngineCore:
         self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
+        self.spec_stats = SpecStats()  # drafts verified by every request of this engine
 
     @property
     def busy(self) -> bool:
@@ -183,6 +186,13 @@ class EngineCore:
         if not self._cut_cache(seq):
             self.context.remove(seq.slot.seq_id, 0)
             self.scheduler.forget(seq)
+        spec = None
+        if self.config.speculative == "ngram" and request.speculative:
+            spec = SeqSpeculation(
+                request.prompt_tokens,
+                max_draft=self.config.speculative_max_draft,
+                ngram_size=self.config.speculative_ngram_size,
+            )
         self.active[request.request_id] = ActiveRequest(
             prepared=request,
             seq=seq,
@@ -190,6 +200,7 @@ class EngineCore:
             output=OutputProcessor(request.stop),
             admitted_at=now,
             splitter=None if request.reasoning is None else request.reasoning.splitter(),
+            spec=spec,
         )
 
     def _cut_cache(self, seq: SeqState) -> bool:
@@ -212,6 +223,8 @@ class EngineCore:
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
+        if self.config.speculative is not None:
+            self._draft()
         plan = self.scheduler.plan()
         if plan.entries:
             self._decode_text(plan)
@@ -234,10 +247,69 @@ class EngineCore:
         self.scheduler.decoded(plan)
         now = time.monotonic()
         for seq, entry in plan.entries:
-            if entry.logits_last:
+            if entry.logits_all:
+                self._verify(self.active[seq.request_id], seq, entry, now)
+            elif entry.logits_last:
                 active = self.active[seq.request_id]
                 token = self._next_token(active, entry.logits_index)
                 self._on_token(active, token, now, entry.logits_index)
+
+    # ---- speculation ----------------------------------------------------------------------
+
+    def _draft(self) -> None:
+        """Give each decoding sequence that speculates its drafts for this step.
+
+        Only while few sequences decode: a batch of many already keeps the CPU busy, and
+        verifying drafts there would cost more than the steps it saves.
+        """
+        decoding = [
+            seq
+            for seq in self.scheduler.running
+            if seq.status is SeqStatus.DECODE and seq.next_token is not None
+        ]
+        if not decoding or len(decoding) > self.config.speculative_max_batch:
+            return
+        for seq in decoding:
+            active = self.active[seq.request_id]
+            if active.spec is None or active.forced:
+                continue
+            # Drafts never go past the request's token limit or the sequence's context.
+            limit = min(
+                active.prepared.max_new_tokens - 1 - len(active.generated),
+                self._n_ctx_per_seq - 1 - seq.n_past,
+            )
+            seq.draft = active.spec.draft(limit) if limit > 0 else []
+
+    def _verify(self, active: ActiveRequest, seq: SeqState, entry: BatchEntry, now: float) -> None:
+        """Sample a speculating sequence position by position, keeping drafts while they
+        equal what its sampler picks (see ``speculative.py``); drop the cells of the rest."""
+        draft = entry.tokens[1:]
+        accepted = 0
+        running = True
+        for i in range(len(draft) + 1):
+            index = entry.first_index + i
+            token = self._next_token(active, index)
+            running = self._on_token(active, token, now, index, send=False)
+            if not running or i == len(draft) or token != draft[i]:
+                break
+            accepted += 1
+        assert active.spec is not None
+        active.spec.verified(len(draft), accepted)
+        self.spec_stats.add(len(draft), accepted)
+        if not running:
+            # Ended: its cells (drafts included) still hold exactly the tokens the slot
+            # lists, so they stay valid for prefix reuse.
+            return
+        n_keep = entry.start_pos + 1 + accepted
+        if accepted < len(draft):
+            if not self.context.remove(seq.slot.seq_id, n_keep):
+                self._finish(
+                    active, "error", error=EngineError("could not drop rejected draft cells")
+                )
+                return
+            self.scheduler.rollback(seq, n_keep)
+        if (active.unsent_text or active.unsent_reasoning) and not self._send(active):
+            self._finish(active, "cancelled")
 
     def _decode_image(self, step: ImageStep) -> None:
         """Encode one image and decode its embeddings into its sequence.
@@ -278,15 +350,21 @@ class EngineCore:
             active.forced.clear()
         return active.sampler.sample(self.context, logits_index)
 
-    def _on_token(self, active: ActiveRequest, token: int, now: float, logits_index: int) -> None:
+    def _on_token(
+        self, active: ActiveRequest, token: int, now: float, logits_index: int, *, send: bool = True
+    ) -> bool:
+        """Take one generated token; False when it ended the request. Without ``send`` the
+        text waits for the caller to send it (a speculative step sends once)."""
         request = active.prepared
         if active.first_token_at is None:
             active.first_token_at = now
         if self.model.is_eog(token) and not request.ignore_eos:
             self._finish(active, "stop")
-            return
+            return False
         active.generated.append(token)
         active.unsent_ids.append(token)
+        if active.spec is not None:
+            active.spec.drafter.push(token)
         if request.logprobs is not None:
             # The raw row is still that of this step's decode: sampling only reads it.
             computer = self._logprobs or self._make_logprob_computer()
@@ -303,14 +381,15 @@ class EngineCore:
         active.check_budget()
         if active.output.stopped:
             self._finish(active, "stop")
-            return
+            return False
         if len(active.generated) >= request.max_new_tokens:
             self._finish(active, "length")
-            return
-        if (active.unsent_text or active.unsent_reasoning) and not self._send(active):
+            return False
+        if send and (active.unsent_text or active.unsent_reasoning) and not self._send(active):
             self._finish(active, "cancelled")
-            return
+            return False
         active.seq.next_token = token
+        return True
 
     def _send(self, active: ActiveRequest) -> bool:
         text, reasoning = active.take_unsent()

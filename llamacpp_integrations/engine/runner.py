@@ -310,12 +310,14 @@ class GenerationContext:
         n = 0
         for entry in entries:
             last = len(entry.tokens) - 1
+            every = entry.logits_all
+            entry.first_index = n
             for offset, token in enumerate(entry.tokens):
                 batch.token[n] = token
                 batch.pos[n] = entry.start_pos + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = entry.seq_id
-                batch.logits[n] = entry.logits_last and offset == last
+                batch.logits[n] = every or (entry.logits_last and offset == last)
                 n += 1
             entry.logits_index = n - 1 if entry.logits_last else -1
         if n == 0:
