@@ -146,7 +146,12 @@ class EngineCore:
                 cells = 0 if hi < 0 else hi - lo + 1
             slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), cells))
         self.board.latest = EngineStats(
-            running=len(self.active), waiting=0, steps=self.steps, slots=tuple(slots)
+            running=len(self.active),
+            waiting=0,
+            steps=self.steps,
+            slots=tuple(slots),
+            drafted_tokens=self.spec_stats.drafted,
+            accepted_tokens=self.spec_stats.accepted,
         )
 
     def drop_idle_caches(self) -> None:
@@ -298,7 +303,9 @@ class EngineCore:
         self.spec_stats.add(len(draft), accepted)
         if not running:
             # Ended: its cells (drafts included) still hold exactly the tokens the slot
-            # lists, so they stay valid for prefix reuse.
+            # lists, so they stay valid for prefix reuse. The counts above came after the
+            # end's stats went out: publish them too.
+            self.publish()
             return
         n_keep = entry.start_pos + 1 + accepted
         if accepted < len(draft):

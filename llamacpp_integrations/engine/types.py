@@ -456,3 +456,5 @@ class EngineStats:
     waiting: int
     steps: int
     slots: tuple[SlotStats, ...]
+    drafted_tokens: int = 0  # speculative drafts verified so far
+    accepted_tokens: int = 0  # of which accepted
