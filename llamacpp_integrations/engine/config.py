@@ -176,6 +176,14 @@ class EngineConfig:
         speculative_ngram_size: Longest n-gram looked up for a draft (down to 2).
         speculative_max_batch: Speculate only while at most this many sequences are
             decoding: a fuller batch already keeps the CPU busy, and drafts would only slow it.
+        prompt_cache_dir: A directory where the KV state of long prompts is saved, so that a
+            prompt sharing a long prefix with a saved one (a system prompt, tool block or
+            document), in this process or after a restart, restores it instead of evaluating it.
+            ``None`` (the default) keeps the cache in memory only (the slots). Several engines
+            may share one directory.
+        prompt_cache_max_bytes: Size cap of ``prompt_cache_dir``; the least recently used
+            states are deleted beyond it.
+        prompt_cache_min_tokens: Prompts shorter than this are neither saved nor restored.
     """
 
     model: str | None = None
@@ -214,6 +222,9 @@ class EngineConfig:
     speculative_max_draft: int = 8
     speculative_ngram_size: int = 3
     speculative_max_batch: int = 2
+    prompt_cache_dir: str | None = None
+    prompt_cache_max_bytes: int = 2 * 1024**3
+    prompt_cache_min_tokens: int = 256
 
     def __post_init__(self) -> None:
         self._check_choices()
@@ -233,6 +244,8 @@ class EngineConfig:
             "speculative_max_draft": 0 <= self.speculative_max_draft <= 64,
             "speculative_ngram_size": 2 <= self.speculative_ngram_size <= 16,
             "speculative_max_batch": self.speculative_max_batch >= 0,
+            "prompt_cache_max_bytes": self.prompt_cache_max_bytes >= 0,
+            "prompt_cache_min_tokens": self.prompt_cache_min_tokens >= 1,
             "n_threads": self.n_threads is None or self.n_threads >= 1,
             "main_gpu": self.main_gpu >= 0,
             "rope_freq_base": self.rope_freq_base is None or self.rope_freq_base > 0,

@@ -354,6 +354,24 @@ class GenerationContext:
             llama_cpp.llama_memory_seq_cp(self._memory, src, dst, -1, -1)
             llama_cpp.llama_memory_seq_rm(self._memory, dst, n_tokens, -1)
 
+    def seq_state(self, seq_id: int) -> bytes:
+        """The sequence's KV state (its cells), as ``llama_state_seq_get_data`` writes it."""
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, seq_id))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq_id))
+        return bytes(buf)[:n]
+
+    def set_seq_state(self, seq_id: int, state: bytes) -> bool:
+        """Put a saved state into the (emptied) sequence; False when llama.cpp refuses it
+        (another model or cache layout, no room): the sequence is then left empty."""
+        llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        n = int(llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(state), seq_id))
+        if n == 0:
+            llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            return False
+        return True
+
     def pos_range(self, seq_id: int) -> tuple[int, int]:
         """Smallest and largest cached position of a sequence, ``(-1, -1)`` when it is empty."""
         return (

@@ -194,6 +194,12 @@ class Scheduler:
             seq.next_token = None
             seq.draft = []
 
+    def restored(self, seq: SeqState, n_reused: int) -> None:
+        """The slot now holds the first ``n_reused`` prompt tokens, from a saved state."""
+        seq.slot.cached[:] = seq.prompt[:n_reused]
+        seq.n_reused = n_reused
+        seq.copy_from = None
+
     def rollback(self, seq: SeqState, n_keep: int) -> None:
         """The sequence's cells from position ``n_keep`` on were dropped (rejected drafts)."""
         del seq.slot.cached[n_keep:]
