@@ -68,7 +68,7 @@ class PromptDiskCache:
 
     def __init__(self, directory: str | os.PathLike[str], model_id: str, *, max_bytes: int,
                  min_tokens: int) -> None:  # fmt: skip
-        self.directory = Path(directory)
+        self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.model_id = model_id
         self.max_bytes = max_bytes

@@ -21,13 +21,12 @@ import pytest
 from llamacpp_integrations.engine import (
     ChatMessage,
     ChatRequest,
-    Completion,
     Engine,
     EngineConfig,
     SamplingParams,
 )
 
-from .helpers import GREEDY, QUESTIONS, idle_and_freed, wait_for
+from .helpers import GREEDY, QUESTIONS, agree_up_to_a_tie, idle_and_freed, wait_for
 
 TIE_NATS = 0.35
 
@@ -95,30 +94,6 @@ def _request(text: str, **kwargs: object) -> ChatRequest:
     )
 
 
-def _agree_up_to_a_tie(plain: Completion, spec: Completion) -> bool:
-    """True when identical; False when they differ only after a near-tie; fails otherwise."""
-    if plain.token_ids == spec.token_ids:
-        assert plain.text == spec.text and plain.finish_reason == spec.finish_reason
-        return True
-    at = next(
-        (
-            i
-            for i, (a, b) in enumerate(zip(plain.token_ids, spec.token_ids, strict=False))
-            if a != b
-        ),
-        min(len(plain.token_ids), len(spec.token_ids)),
-    )
-    assert plain.logprobs is not None and spec.logprobs is not None
-    if at == min(len(plain.token_ids), len(spec.token_ids)):
-        # One ended earlier: an end-of-generation token won a near-tie there.
-        return False
-    top = {t.token_id: t.logprob for t in plain.logprobs[at].top}
-    chosen = spec.token_ids[at]
-    assert chosen in top, (at, plain.text, spec.text)
-    assert max(top.values()) - top[chosen] <= TIE_NATS, (at, top, plain.text, spec.text)
-    return False
-
-
 @pytest.fixture(scope="module")
 def identical(engines: tuple[Engine, Engine]) -> list[bool]:
     """Over 56 prompts: whether each gave identical tokens (quotes, grammar, free chat)."""
@@ -130,7 +105,7 @@ def identical(engines: tuple[Engine, Engine]) -> list[bool]:
     before = spec.stats()
     out = []
     for request in cases:
-        out.append(_agree_up_to_a_tie(plain.generate(request), spec.generate(request)))
+        out.append(agree_up_to_a_tie(plain.generate(request), spec.generate(request), TIE_NATS))
     after = spec.stats()
     assert after.drafted_tokens > before.drafted_tokens  # speculation did run
     assert after.accepted_tokens > before.accepted_tokens
