@@ -168,9 +168,10 @@ class EngineConfig:
         embedding_n_seq_max: Most texts embedded in one decode.
         speculative: Speculative decoding: ``"ngram"`` drafts each sequence's next tokens by
             looking its last tokens up in its own prompt and output (prompt lookup), and verifies
-            the drafts inside the shared batched decode; ``None`` turns it off. Outputs are the
-            same either way (greedy: the same tokens; sampled: the same distribution); answers
-            that quote their input (extraction, RAG, code edits, JSON) come faster.
+            the drafts inside the shared batched decode; ``None`` (the default) turns it off.
+            Outputs are the same either way (greedy: the same tokens up to rounding at
+            near-ties; sampled: the same distribution); answers that quote their input
+            (extraction, RAG, code edits, JSON) come faster.
         speculative_max_draft: Most tokens one sequence drafts per step (the draft length
             adapts below this to the sequence's acceptance).
         speculative_ngram_size: Longest n-gram looked up for a draft (down to 2).
@@ -218,7 +219,7 @@ class EngineConfig:
     embedding_pooling: Pooling = "model"
     embedding_n_ctx: int = 2048
     embedding_n_seq_max: int = 16
-    speculative: Speculative | None = "ngram"
+    speculative: Speculative | None = None
     speculative_max_draft: int = 8
     speculative_ngram_size: int = 3
     speculative_max_batch: int = 2

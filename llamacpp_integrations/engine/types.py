@@ -450,7 +450,8 @@ class SlotStats:
 @dataclass(frozen=True)
 class EngineStats:
     """A snapshot the worker publishes between steps: requests running and waiting, decode
-    steps so far, and every slot's cache."""
+    steps so far, every slot's cache, and the speculative drafts verified and accepted so far
+    (see ``EngineConfig.speculative``)."""
 
     running: int
     waiting: int
