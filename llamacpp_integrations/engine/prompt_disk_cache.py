@@ -26,6 +26,7 @@ import logging
 import os
 import struct
 import tempfile
+import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,7 +114,13 @@ class PromptDiskCache:
         return path
 
     def evict(self) -> None:
-        """Delete the least recently used entries until the directory fits ``max_bytes``."""
+        """Delete the least recently used entries until the directory fits ``max_bytes``, and
+        temporary files a crashed writer left (older than an hour)."""
+        with contextlib.suppress(OSError):
+            for stale in self.directory.glob(".tmp-*"):
+                with contextlib.suppress(OSError):
+                    if time.time() - stale.stat().st_mtime > 3600:
+                        os.unlink(stale)
         entries = []
         for entry in self._scan():
             with contextlib.suppress(OSError):
