@@ -35,7 +35,7 @@ from .prompt_disk_cache import PromptDiskCache
 from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
 from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
-from .speculative import SeqSpeculation, SpecStats, StepCost
+from .speculative import SeqSpeculation, SpecStats
 from .types import EngineStats, FinishReason, SlotStats, StreamChunk
 from .vision import VisionProjector
 
@@ -80,7 +80,6 @@ class EngineCore:
         self.closing = False
         self.steps = 0
         self.spec_stats = SpecStats()  # drafts verified by every request of this engine
-        self.step_cost = StepCost()  # what a drafted token adds to a decode, measured
         self.disk: PromptDiskCache | None = None
         if config.prompt_cache_dir is not None:
             self.disk = PromptDiskCache(
@@ -314,7 +313,6 @@ class EngineCore:
 
     def _decode_text(self, plan: StepPlan) -> None:
         entries = [entry for _, entry in plan.entries]
-        started = time.perf_counter()
         try:
             status = self.context.decode(entries)
             if status == DecodeStatus.NO_KV_SLOT:
@@ -326,10 +324,6 @@ class EngineCore:
             self._fail_plan(plan, error)
             return
         self.steps += 1
-        if self.config.speculative is not None and all(
-            seq.status is SeqStatus.DECODE for seq, _ in plan.entries
-        ):
-            self.step_cost.add(sum(len(e.tokens) for e in entries), time.perf_counter() - started)
         self.scheduler.decoded(plan)
         read_prompt = [
             seq
@@ -372,7 +366,7 @@ class EngineCore:
                 active.prepared.max_new_tokens - 1 - len(active.generated),
                 self._n_ctx_per_seq - 1 - seq.n_past,
             )
-            seq.draft = active.spec.draft(limit, self.step_cost.cost) if limit > 0 else []
+            seq.draft = active.spec.draft(limit) if limit > 0 else []
 
     def _verify(self, active: ActiveRequest, seq: SeqState, entry: BatchEntry, now: float) -> None:
         """Sample a speculating sequence position by position, keeping drafts while they

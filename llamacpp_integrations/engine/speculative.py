@@ -34,7 +34,6 @@ __all__ = [
     "NgramDrafter",
     "SeqSpeculation",
     "SpecStats",
-    "StepCost",
     "accept_draft",
     "residual",
 ]
@@ -97,39 +96,22 @@ class NgramDrafter:
 
 
 class DraftLength:
-    """How many tokens one sequence drafts next: the length that maximizes expected tokens per
-    unit of decode cost, from the sequence's acceptance so far.
+    """How many tokens one sequence drafts next, following its acceptance.
 
-    ``rate`` is an exponential average of the chance that a drafted token is accepted given the
-    ones before it were. With that chance ``a``, ``k`` drafts yield ``1 + a + ... + a**k`` tokens
-    for a decode costing ``1 + cost * k`` (``cost``: one more token's share of a one-token step;
-    verifying drafts is not free on a CPU). When no length beats not drafting, the sequence
-    pauses for a number of steps that doubles each time, then probes again, so free text that
-    never repeats its input costs almost nothing.
+    All drafts accepted: draft two more next time (up to ``max_k``); some rejected: draft one more
+    than were accepted. A sequence whose drafts keep failing (an exponential average of the
+    accepted share below ``floor``) pauses drafting for a number of steps that doubles each time,
+    so free text that never repeats its input costs almost nothing.
     """
 
-    def __init__(
-        self, max_k: int, *, cost: float = 0.3, alpha: float = 0.3, start: float = 0.7
-    ) -> None:
+    def __init__(self, max_k: int, *, floor: float = 0.25, alpha: float = 0.3) -> None:
         self.max_k = max_k
-        self.cost = cost
-        self.rate = start
-        self._start = start
+        self.k = min(max_k, 4)
+        self.rate = 0.5
+        self._floor = floor
         self._alpha = alpha
         self._pause = 0
         self._next_pause = 4
-
-    def best(self) -> int:
-        """The draft length with the most expected tokens per cost (``0``: do not draft)."""
-        best_k, best_gain = 0, 1.0
-        gain, term = 1.0, 1.0
-        for k in range(1, self.max_k + 1):
-            term *= self.rate
-            gain += term
-            value = gain / (1.0 + self.cost * k)
-            if value > best_gain * 1.02:  # a longer draft must clearly pay for itself
-                best_k, best_gain = k, value
-        return best_k
 
     def next(self) -> int:
         """The draft length for this step (``0``: do not draft)."""
@@ -137,58 +119,24 @@ class DraftLength:
             return 0
         if self._pause > 0:
             self._pause -= 1
-            if self._pause == 0:
-                self.rate = self._start  # probe again
             return 0
-        k = self.best()
-        if k == 0:
-            self._pause = self._next_pause
-            self._next_pause = min(self._next_pause * 2, 64)
-        return k
+        return self.k
 
     def update(self, drafted: int, accepted: int) -> None:
         """A step verified ``drafted`` tokens and kept ``accepted`` of them."""
         if drafted <= 0:
             return
-        # Every accepted draft is a success; the first rejected one (if any) a failure; the
-        # ones after it were never tried.
-        outcomes = [1.0] * accepted + ([0.0] if accepted < drafted else [])
-        for outcome in outcomes:
-            self.rate += self._alpha * (outcome - self.rate)
-        if accepted > 0:
+        self.rate += self._alpha * (accepted / drafted - self.rate)
+        if accepted == drafted:
+            self.k = min(self.max_k, self.k + 2)
+        else:
+            self.k = max(1, min(self.max_k, accepted + 1))
+        if self.rate < self._floor:
+            self._pause = self._next_pause
+            self._next_pause = min(self._next_pause * 2, 64)
+            self.rate = 0.5  # start over after the pause
+        elif accepted > 0:
             self._next_pause = 4
-
-
-class StepCost:
-    """What one more token in a decode costs, as a share of a one-token decode, measured.
-
-    Fed with the duration of decode steps that hold only generating sequences' tokens (no
-    prompt chunks): one-token steps give the base time, larger ones the time per extra token.
-    Until both are seen, ``cost`` is ``default``.
-    """
-
-    def __init__(self, default: float = 0.3, alpha: float = 0.1) -> None:
-        self.default = default
-        self._alpha = alpha
-        self._base: float | None = None
-        self._extra: float | None = None
-
-    def add(self, n_tokens: int, seconds: float) -> None:
-        if n_tokens == 1:
-            self._base = _ema(self._base, seconds, self._alpha)
-        elif self._base is not None and 1 < n_tokens <= 64:
-            per_token = max(0.0, seconds - self._base) / (n_tokens - 1)
-            self._extra = _ema(self._extra, per_token, self._alpha)
-
-    @property
-    def cost(self) -> float:
-        if self._base is None or self._extra is None or self._base <= 0:
-            return self.default
-        return min(2.0, max(0.02, self._extra / self._base))
-
-
-def _ema(old: float | None, new: float, alpha: float) -> float:
-    return new if old is None else old + alpha * (new - old)
 
 
 @dataclass
@@ -217,11 +165,9 @@ class SeqSpeculation:
         self.length = DraftLength(max_draft)
         self.stats = SpecStats()
 
-    def draft(self, limit: int, cost: float) -> list[int]:
+    def draft(self, limit: int) -> list[int]:
         """This step's drafts: at most ``limit`` tokens (room left in the context and token
-        budget), fewer when the draft length says so (``cost``: see ``StepCost``), none while
-        paused or without a match."""
-        self.length.cost = cost
+        budget), fewer when the draft length says so, none while paused or without a match."""
         k = min(limit, self.length.next())
         return self.drafter.draft(k) if k > 0 else []
 
