@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 engine.generate(ChatRequest(messages=[ChatMessage(role="user", content="Hi")],
                                             max_tokens=2))  # fmt: skip
                 seconds, n_prompt, cached = ttft(engine, f"What is rule {k}?")
-                assert cached == 0
+                assert cached < 32  # only the chat template's opening tokens
                 cold.append(seconds)
                 seconds, _, cached = ttft(engine, f"Who is on shift {k}?")
                 assert cached > 0
