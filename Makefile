@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-remote bench-embeddings soak fuzz test-live record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -137,6 +137,13 @@ TEXTS ?= 2000
 bench-embeddings: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --encoder --texts $(TEXTS)
 	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --texts $(TEXTS)
+
+# Speculative decoding against the peers, and the prompt cache's time to first token.
+# LLAMA_BENCH=path/to/llama-bench adds the C++ single-stream ceiling.
+bench-spec: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) \
+		$(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH))
+	$(BIN)/python benchmarks/prompt_cache.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, Self, get_type_hints
 from pydantic import BaseModel, Field, PrivateAttr, SecretStr, create_model, model_validator
 
 from ..engine import EngineConfig, InferenceEngine, SamplingParams
-from ..engine.config import KvCacheType, LoraAdapter, Pooling, RopeScaling, SplitMode
+from ..engine.config import (
+    KvCacheType,
+    LoraAdapter,
+    Pooling,
+    RopeScaling,
+    Speculative,
+    SplitMode,
+)
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
 from .binding import EngineBinding
 
@@ -238,6 +245,13 @@ if TYPE_CHECKING:
         embedding_pooling: Pooling | None = None
         embedding_n_ctx: int | None = None
         embedding_n_seq_max: int | None = None
+        speculative: Speculative | None = None
+        speculative_max_draft: int | None = None
+        speculative_ngram_size: int | None = None
+        speculative_max_batch: int | None = None
+        prompt_cache_dir: str | None = None
+        prompt_cache_max_bytes: int | None = None
+        prompt_cache_min_tokens: int | None = None
 
     class SamplingSettings(BaseModel):
         """How tokens are sampled, per ``SamplingParams`` (calls may override each)."""
@@ -252,6 +266,7 @@ if TYPE_CHECKING:
         penalty_last_n: int = 64
         logit_bias: Mapping[int, float] | None = None
         seed: int | None = None
+        allow_speculation: bool = True
 
 else:
     EngineSettings = create_model(

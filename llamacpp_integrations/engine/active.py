@@ -10,6 +10,7 @@ from .reasoning import ReasoningSplitter
 from .requests import PreparedRequest
 from .sampler import SamplerChain
 from .scheduler import SeqState
+from .speculative import SeqSpeculation
 from .types import Timings, TokenLogprob, Usage
 
 __all__ = ["ActiveRequest"]
@@ -35,6 +36,7 @@ class ActiveRequest:
     undecided_tokens: int = 0  # tokens not yet known to be reasoning or answer
     forced: deque[int] = field(default_factory=deque)  # tokens to write instead of sampling
     budget_spent: bool = False  # the reasoning budget ran out, or the answer began
+    spec: SeqSpeculation | None = None  # drafting state, when the request speculates
 
     def take_token_text(self, text: str) -> None:
         """A generated token's text (what became certain with it), split into answer and

@@ -31,6 +31,7 @@ Pooling = Literal["mean", "cls", "last", "rank", "model"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 RopeScaling = Literal["none", "linear", "yarn", "longrope"]
 SplitMode = Literal["none", "layer", "row"]
+Speculative = Literal["ngram"]
 
 QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
 """Cache types stored in blocks; llama.cpp needs flash attention for such a V cache."""
@@ -43,6 +44,7 @@ __all__ = [
     "LoraAdapter",
     "Pooling",
     "RopeScaling",
+    "Speculative",
     "SplitMode",
     "WeightsKey",
 ]
@@ -165,6 +167,25 @@ class EngineConfig:
             cross-encoder's classification head, for ``Engine.rerank``).
         embedding_n_ctx: Token budget of one embedding batch; also the longest text embedded.
         embedding_n_seq_max: Most texts embedded in one decode.
+        speculative: Speculative decoding: ``"ngram"`` drafts each sequence's next tokens by
+            looking its last tokens up in its own prompt and output (prompt lookup), and verifies
+            the drafts inside the shared batched decode; ``None`` (the default) turns it off.
+            Outputs are the same either way (greedy: the same tokens up to rounding at
+            near-ties; sampled: the same distribution); answers that quote their input
+            (extraction, RAG, code edits, JSON) come faster.
+        speculative_max_draft: Most tokens one sequence drafts per step (the draft length
+            adapts below this to the sequence's acceptance).
+        speculative_ngram_size: Longest n-gram looked up for a draft (down to 2).
+        speculative_max_batch: Speculate only while at most this many sequences are
+            decoding: a fuller batch already keeps the CPU busy, and drafts would only slow it.
+        prompt_cache_dir: A directory where the KV state of long prompts is saved, so that a
+            prompt sharing a long prefix with a saved one (a system prompt, tool block or
+            document), in this process or after a restart, restores it instead of evaluating it.
+            ``None`` (the default) keeps the cache in memory only (the slots). Several engines
+            may share one directory.
+        prompt_cache_max_bytes: Size cap of ``prompt_cache_dir``; the least recently used
+            states are deleted beyond it.
+        prompt_cache_min_tokens: Prompts shorter than this are neither saved nor restored.
     """
 
     model: str | None = None
@@ -200,6 +221,14 @@ class EngineConfig:
     embedding_n_ctx: int = 2048
     embedding_n_seq_max: int = 64
 
+    speculative: Speculative | None = None
+    speculative_max_draft: int = 8
+    speculative_ngram_size: int = 3
+    speculative_max_batch: int = 2
+    prompt_cache_dir: str | None = None
+    prompt_cache_max_bytes: int = 2 * 1024**3
+    prompt_cache_min_tokens: int = 256
+
     def __post_init__(self) -> None:
         self._check_choices()
         # Lists and (path, scale) pairs are accepted; the stored form is hashable.
@@ -215,6 +244,11 @@ class EngineConfig:
             "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
+            "speculative_max_draft": 0 <= self.speculative_max_draft <= 64,
+            "speculative_ngram_size": 2 <= self.speculative_ngram_size <= 16,
+            "speculative_max_batch": self.speculative_max_batch >= 0,
+            "prompt_cache_max_bytes": self.prompt_cache_max_bytes >= 0,
+            "prompt_cache_min_tokens": self.prompt_cache_min_tokens >= 1,
             "n_threads": self.n_threads is None or self.n_threads >= 1,
             "main_gpu": self.main_gpu >= 0,
             "rope_freq_base": self.rope_freq_base is None or self.rope_freq_base > 0,
@@ -237,6 +271,7 @@ class EngineConfig:
             "split_mode": (self.split_mode, get_args(SplitMode)),
             "rope_scaling_type": (self.rope_scaling_type, (None, *get_args(RopeScaling))),
             "embedding_pooling": (self.embedding_pooling, get_args(Pooling)),
+            "speculative": (self.speculative, (None, *get_args(Speculative))),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:

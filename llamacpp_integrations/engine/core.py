@@ -26,15 +26,18 @@ from ..errors import (
     RequestTimeoutError,
 )
 from .active import ActiveRequest
+from .batch import BatchEntry
 from .config import EngineConfig
 from .embedder import EmbeddingContext
 from .embedding_queue import EmbeddingQueue, TimeShare
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .output import OutputProcessor
+from .prompt_disk_cache import PromptDiskCache
 from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
-from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
+from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
+from .speculative import SeqSpeculation, SpecStats
 from .types import EngineStats, FinishReason, SlotStats, StreamChunk
 from .vision import VisionProjector
 
@@ -80,6 +83,16 @@ class EngineCore:
         self.closing = False
         self.steps = 0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
+
+        self.spec_stats = SpecStats()  # drafts verified by every request of this engine
+        self.disk: PromptDiskCache | None = None
+        if config.prompt_cache_dir is not None:
+            self.disk = PromptDiskCache(
+                config.prompt_cache_dir,
+                self._state_identity(),
+                max_bytes=config.prompt_cache_max_bytes,
+                min_tokens=config.prompt_cache_min_tokens,
+            )
 
     @property
     def busy(self) -> bool:
@@ -158,7 +171,12 @@ class EngineCore:
                 cells = 0 if hi < 0 else hi - lo + 1
             slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), cells))
         self.board.latest = EngineStats(
-            running=len(self.active), waiting=0, steps=self.steps, slots=tuple(slots)
+            running=len(self.active),
+            waiting=0,
+            steps=self.steps,
+            slots=tuple(slots),
+            drafted_tokens=self.spec_stats.drafted,
+            accepted_tokens=self.spec_stats.accepted,
         )
 
     def drop_idle_caches(self) -> None:
@@ -208,6 +226,15 @@ class EngineCore:
         if not self._cut_cache(seq):
             self.context.remove(seq.slot.seq_id, 0)
             self.scheduler.forget(seq)
+        if self.disk is not None and request.media is None:
+            self._restore(seq)
+        spec = None
+        if self.config.speculative == "ngram" and request.speculative:
+            spec = SeqSpeculation(
+                request.prompt_tokens,
+                max_draft=self.config.speculative_max_draft,
+                ngram_size=self.config.speculative_ngram_size,
+            )
         self.active[request.request_id] = ActiveRequest(
             prepared=request,
             seq=seq,
@@ -215,6 +242,7 @@ class EngineCore:
             output=OutputProcessor(request.stop),
             admitted_at=now,
             splitter=None if request.reasoning is None else request.reasoning.splitter(),
+            spec=spec,
         )
 
     def _refuse(self, request: PreparedRequest, error: LlamaCppIntegrationError) -> None:
@@ -223,6 +251,70 @@ class EngineCore:
         if request.media is not None:
             request.media.close()
         request.channel.put(error)
+
+    # ---- the prompt cache on disk ---------------------------------------------------------
+
+    def _state_identity(self) -> str:
+        """What a saved state depends on: the weights, and the settings that shape the KV
+        cells (their types, layout, adapters and RoPE)."""
+        model, config = self.model, self.config
+        parts = {
+            "file": str(model.path.name),
+            "size": model.size_bytes,
+            "params": model.n_params,
+            "desc": model.description,
+            "type_k": config.type_k,
+            "type_v": config.type_v,
+            "flash": config.flash_attention_for(model.n_gpu_layers),
+            "lora": [(a.path, a.scale) for a in config.lora_adapters],
+            "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
+        }
+        return repr(sorted(parts.items()))
+
+    def _restore(self, seq: SeqState) -> None:
+        """Restore a saved prompt sharing a longer prefix than the slots offer, if any."""
+        assert self.disk is not None
+        prompt = seq.prompt
+        if len(prompt) <= self.disk.min_tokens:
+            return
+        found = self.disk.find(prompt)
+        if found is None:
+            return
+        n = min(found.n_shared, len(prompt) - 1)  # the last token is always evaluated
+        if n <= seq.n_reused:
+            return
+        state = self.disk.load(found)
+        if state is None:
+            return
+        seq_id = seq.slot.seq_id
+        if not self.context.set_seq_state(seq_id, state):
+            log.warning("prompt cache: llama.cpp refused %s; evaluating instead", found.path.name)
+            self.scheduler.forget(seq)
+            return
+        if not self.context.remove(seq_id, n) or not self._window_kept(seq_id, n):
+            self.context.remove(seq_id, 0)
+            self.scheduler.forget(seq)
+            return
+        self.scheduler.restored(seq, n)
+
+    def _save_prompts(self, seqs: list[SeqState]) -> None:
+        """Save the state of sequences that just read a long prompt not saved yet."""
+        assert self.disk is not None
+        for seq in seqs:
+            prompt = seq.prompt
+            # Only the prompt's cells: the first token is sampled, not decoded yet.
+            if seq.request_id not in self.active or seq.n_past != len(prompt):
+                continue
+            if any(t < 0 for t in prompt) or self.disk.has(prompt):
+                continue
+            self.disk.save(prompt, self.context.seq_state(seq.slot.seq_id))
+
+    def _window_kept(self, seq_id: int, n_reused: int) -> bool:
+        """Sliding-window caches prune old cells: reuse needs the window before the cut."""
+        if self.model.n_swa <= 0:
+            return True
+        pos_min, _ = self.context.pos_range(seq_id)
+        return pos_min <= max(0, n_reused - self.model.n_swa)
 
     def _cut_cache(self, seq: SeqState) -> bool:
         """Keep the reusable prefix of the slot's cells and drop the rest; False if impossible."""
@@ -244,6 +336,8 @@ class EngineCore:
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
+        if self.config.speculative is not None:
+            self._draft()
         plan = self.scheduler.plan()
         if plan.entries:
             self._decode_text(plan)
@@ -264,12 +358,81 @@ class EngineCore:
             return
         self.steps += 1
         self.scheduler.decoded(plan)
+        read_prompt = [
+            seq
+            for seq, entry in plan.entries
+            if entry.logits_last and entry.start_pos + len(entry.tokens) == len(seq.prompt)
+        ]
         now = time.monotonic()
         for seq, entry in plan.entries:
-            if entry.logits_last:
+            if entry.logits_all:
+                self._verify(self.active[seq.request_id], seq, entry, now)
+            elif entry.logits_last:
                 active = self.active[seq.request_id]
                 token = self._next_token(active, entry.logits_index)
                 self._on_token(active, token, now, entry.logits_index)
+        if self.disk is not None and read_prompt:
+            # After sampling, so the first token is not held up by the write.
+            self._save_prompts(read_prompt)
+
+    # ---- speculation ----------------------------------------------------------------------
+
+    def _draft(self) -> None:
+        """Give each decoding sequence that speculates its drafts for this step.
+
+        Only while few sequences decode: a batch of many already keeps the CPU busy, and
+        verifying drafts there would cost more than the steps it saves.
+        """
+        decoding = [
+            seq
+            for seq in self.scheduler.running
+            if seq.status is SeqStatus.DECODE and seq.next_token is not None
+        ]
+        if not decoding or len(decoding) > self.config.speculative_max_batch:
+            return
+        for seq in decoding:
+            active = self.active[seq.request_id]
+            if active.spec is None or active.forced:
+                continue
+            # Drafts never go past the request's token limit or the sequence's context.
+            limit = min(
+                active.prepared.max_new_tokens - 1 - len(active.generated),
+                self._n_ctx_per_seq - 1 - seq.n_past,
+            )
+            seq.draft = active.spec.draft(limit) if limit > 0 else []
+
+    def _verify(self, active: ActiveRequest, seq: SeqState, entry: BatchEntry, now: float) -> None:
+        """Sample a speculating sequence position by position, keeping drafts while they
+        equal what its sampler picks (see ``speculative.py``); drop the cells of the rest."""
+        draft = entry.tokens[1:]
+        accepted = 0
+        running = True
+        for i in range(len(draft) + 1):
+            index = entry.first_index + i
+            token = self._next_token(active, index)
+            running = self._on_token(active, token, now, index, send=False)
+            if not running or i == len(draft) or token != draft[i]:
+                break
+            accepted += 1
+        assert active.spec is not None
+        active.spec.verified(len(draft), accepted)
+        self.spec_stats.add(len(draft), accepted)
+        if not running:
+            # Ended: its cells (drafts included) still hold exactly the tokens the slot
+            # lists, so they stay valid for prefix reuse. The counts above came after the
+            # end's stats went out: publish them too.
+            self.publish()
+            return
+        n_keep = entry.start_pos + 1 + accepted
+        if accepted < len(draft):
+            if not self.context.remove(seq.slot.seq_id, n_keep):
+                self._finish(
+                    active, "error", error=EngineError("could not drop rejected draft cells")
+                )
+                return
+            self.scheduler.rollback(seq, n_keep)
+        if (active.unsent_text or active.unsent_reasoning) and not self._send(active):
+            self._finish(active, "cancelled")
 
     def _decode_image(self, step: ImageStep) -> None:
         """Encode one image and decode its embeddings into its sequence.
@@ -310,15 +473,21 @@ class EngineCore:
             active.forced.clear()
         return active.sampler.sample(self.context, logits_index)
 
-    def _on_token(self, active: ActiveRequest, token: int, now: float, logits_index: int) -> None:
+    def _on_token(
+        self, active: ActiveRequest, token: int, now: float, logits_index: int, *, send: bool = True
+    ) -> bool:
+        """Take one generated token; False when it ended the request. Without ``send`` the
+        text waits for the caller to send it (a speculative step sends once)."""
         request = active.prepared
         if active.first_token_at is None:
             active.first_token_at = now
         if self.model.is_eog(token) and not request.ignore_eos:
             self._finish(active, "stop")
-            return
+            return False
         active.generated.append(token)
         active.unsent_ids.append(token)
+        if active.spec is not None:
+            active.spec.drafter.push(token)
         if request.logprobs is not None:
             # The raw row is still that of this step's decode: sampling only reads it.
             computer = self._logprobs or self._make_logprob_computer()
@@ -335,14 +504,15 @@ class EngineCore:
         active.check_budget()
         if active.output.stopped:
             self._finish(active, "stop")
-            return
+            return False
         if len(active.generated) >= request.max_new_tokens:
             self._finish(active, "length")
-            return
-        if (active.unsent_text or active.unsent_reasoning) and not self._send(active):
+            return False
+        if send and (active.unsent_text or active.unsent_reasoning) and not self._send(active):
             self._finish(active, "cancelled")
-            return
+            return False
         active.seq.next_token = token
+        return True
 
     def _send(self, active: ActiveRequest) -> bool:
         text, reasoning = active.take_unsent()

@@ -227,6 +227,7 @@ class Preprocessor:
             # Harmony's framing is control tokens: the reasoning is read from them.
             special=request.special or (spec is not None and spec.format.family == "gpt-oss"),
             logprobs=request.logprobs,
+            speculative=request.sampling.allow_speculation,
             reasoning=spec,
             budget=self._budget(spec),
             submitted_at=now,

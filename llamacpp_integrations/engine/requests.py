@@ -31,6 +31,7 @@ class PreparedRequest:
     ignore_eos: bool
     special: bool
     logprobs: int | None = None
+    speculative: bool = True  # the request lets the engine speculate (if it is configured to)
     reasoning: ReasoningSpec | None = None
     budget: ForcedText | None = None
     submitted_at: float

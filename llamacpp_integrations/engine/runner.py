@@ -319,12 +319,14 @@ class GenerationContext:
         n = 0
         for entry in entries:
             last = len(entry.tokens) - 1
+            every = entry.logits_all
+            entry.first_index = n
             for offset, token in enumerate(entry.tokens):
                 batch.token[n] = token
                 batch.pos[n] = entry.start_pos + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = entry.seq_id
-                batch.logits[n] = entry.logits_last and offset == last
+                batch.logits[n] = every or (entry.logits_last and offset == last)
                 n += 1
             entry.logits_index = n - 1 if entry.logits_last else -1
         if n == 0:
@@ -360,6 +362,24 @@ class GenerationContext:
         else:
             llama_cpp.llama_memory_seq_cp(self._memory, src, dst, -1, -1)
             llama_cpp.llama_memory_seq_rm(self._memory, dst, n_tokens, -1)
+
+    def seq_state(self, seq_id: int) -> bytes:
+        """The sequence's KV state (its cells), as ``llama_state_seq_get_data`` writes it."""
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, seq_id))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq_id))
+        return bytes(buf)[:n]
+
+    def set_seq_state(self, seq_id: int, state: bytes) -> bool:
+        """Put a saved state into the (emptied) sequence; False when llama.cpp refuses it
+        (another model or cache layout, no room): the sequence is then left empty."""
+        llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        n = int(llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(state), seq_id))
+        if n == 0:
+            llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            return False
+        return True
 
     def pos_range(self, seq_id: int) -> tuple[int, int]:
         """Smallest and largest cached position of a sequence, ``(-1, -1)`` when it is empty."""

@@ -48,6 +48,7 @@ class SeqState:
     image_spans: Mapping[int, int] = field(default_factory=dict)  # start -> positions
     status: SeqStatus = SeqStatus.PREFILL
     next_token: int | None = None
+    draft: list[int] = field(default_factory=list)  # tokens drafted to follow next_token
 
     @property
     def n_past(self) -> int:
@@ -147,12 +148,22 @@ class Scheduler:
         entries: list[tuple[SeqState, BatchEntry]] = []
         image: ImageStep | None = None
         budget = self.n_batch
-        for seq in self.running:
-            if seq.status is SeqStatus.DECODE and seq.next_token is not None:
-                entries.append(
-                    (seq, BatchEntry(seq.slot.seq_id, [seq.next_token], seq.n_past, True))
-                )
-                budget -= 1
+        decoding = [
+            seq
+            for seq in self.running
+            if seq.status is SeqStatus.DECODE and seq.next_token is not None
+        ]
+        budget -= len(decoding)
+        for seq in decoding:
+            assert seq.next_token is not None
+            # Drafts only take room no other sequence's next token needs.
+            draft = seq.draft[: max(0, budget)]
+            seq.draft = draft
+            budget -= len(draft)
+            entry = BatchEntry(
+                seq.slot.seq_id, [seq.next_token, *draft], seq.n_past, True, logits_all=bool(draft)
+            )
+            entries.append((seq, entry))
         for seq in self.running:
             if seq.status is not SeqStatus.PREFILL:
                 continue
@@ -181,6 +192,17 @@ class Scheduler:
             if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
                 seq.status = SeqStatus.DECODE
             seq.next_token = None
+            seq.draft = []
+
+    def restored(self, seq: SeqState, n_reused: int) -> None:
+        """The slot now holds the first ``n_reused`` prompt tokens, from a saved state."""
+        seq.slot.cached[:] = seq.prompt[:n_reused]
+        seq.n_reused = n_reused
+        seq.copy_from = None
+
+    def rollback(self, seq: SeqState, n_keep: int) -> None:
+        """The sequence's cells from position ``n_keep`` on were dropped (rejected drafts)."""
+        del seq.slot.cached[n_keep:]
 
     def image_decoded(self, step: ImageStep) -> None:
         """The image's embeddings are now in the cache."""

@@ -59,6 +59,9 @@ class SamplingParams:
         penalty_last_n: How many recent tokens the penalties look at (``-1``: the context).
         logit_bias: Added to the logits of these token ids (``-inf`` bans a token).
         seed: Seed of the sampler's random numbers (``None``: a random seed).
+        allow_speculation: Let the engine speculate for this request when it is configured to
+            (``EngineConfig.speculative``); ``False`` opts this request out. The output is the
+            same either way (see ``engine/speculative.py``); only the speed differs.
     """
 
     temperature: float = 0.8
@@ -71,6 +74,7 @@ class SamplingParams:
     penalty_last_n: int = 64
     logit_bias: Mapping[int, float] | None = None
     seed: int | None = None
+    allow_speculation: bool = True
 
     @property
     def greedy(self) -> bool:
@@ -446,9 +450,12 @@ class SlotStats:
 @dataclass(frozen=True)
 class EngineStats:
     """A snapshot the worker publishes between steps: requests running and waiting, decode
-    steps so far, and every slot's cache."""
+    steps so far, every slot's cache, and the speculative drafts verified and accepted so far
+    (see ``EngineConfig.speculative``)."""
 
     running: int
     waiting: int
     steps: int
     slots: tuple[SlotStats, ...]
+    drafted_tokens: int = 0  # speculative drafts verified so far
+    accepted_tokens: int = 0  # of which accepted

@@ -9,6 +9,7 @@ from typing import Protocol
 from llamacpp_integrations.engine import (
     ChatMessage,
     ChatRequest,
+    Completion,
     EngineStats,
     SamplingParams,
 )
@@ -71,3 +72,30 @@ def idle_and_freed(stats: EngineStats) -> bool:
         and all(slot.kv_cells == 0 for slot in stats.slots if slot.cached_tokens == 0)
         and all(slot.kv_cells == slot.cached_tokens for slot in stats.slots)
     )
+
+
+def agree_up_to_a_tie(plain: Completion, spec: Completion, tie_nats: float) -> bool:
+    """True when two greedy answers are identical; False when they differ only from a near-tie
+    on (the token ``spec`` chose there is among ``plain``'s top log-probabilities, within
+    ``tie_nats`` of its best: batched kernels round differently); fails otherwise. Both need
+    ``logprobs``."""
+    if plain.token_ids == spec.token_ids:
+        assert plain.text == spec.text and plain.finish_reason == spec.finish_reason
+        return True
+    at = next(
+        (
+            i
+            for i, (a, b) in enumerate(zip(plain.token_ids, spec.token_ids, strict=False))
+            if a != b
+        ),
+        min(len(plain.token_ids), len(spec.token_ids)),
+    )
+    assert plain.logprobs is not None and spec.logprobs is not None
+    if at == min(len(plain.token_ids), len(spec.token_ids)):
+        # One ended earlier: an end-of-generation token won a near-tie there.
+        return False
+    top = {t.token_id: t.logprob for t in plain.logprobs[at].top}
+    chosen = spec.token_ids[at]
+    assert chosen in top, (at, plain.text, spec.text)
+    assert max(top.values()) - top[chosen] <= tie_nats, (at, top, plain.text, spec.text)
+    return False

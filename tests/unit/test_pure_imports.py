@@ -23,6 +23,8 @@ PURE_MODULES = [
     "llamacpp_integrations.engine.chat_template",
     "llamacpp_integrations.engine.config",
     "llamacpp_integrations.engine.sizing",
+    "llamacpp_integrations.engine.prompt_disk_cache",
+    "llamacpp_integrations.engine.speculative",
     "llamacpp_integrations.engine.embedding_queue",
     "llamacpp_integrations.engine.inbox",
     "llamacpp_integrations.engine.interface",

@@ -1,0 +1,417 @@
+"""Speculative decoding by n-gram lookup: ours with and without it, and the peers, on one run.
+
+Workloads (greedy, answers run to their natural end or ``--max-tokens``):
+
+* (a) "quote": questions answered by extracting sentences and fields (prose and JSON) from a
+  document of about 600 tokens in the prompt, one stream at a time;
+* (b) free chat: short questions whose answers do not repeat the prompt, one stream at a time;
+* (c) 8 and 16 concurrent requests, half of each kind.
+
+Generation speed is tokens after the first divided by the time from the first token to the last
+(prompt evaluation is left out: it is the same with and without speculation). On (a) the peers
+are llama.cpp's ``llama-server`` (plain, and with its ``--spec-type ngram-simple`` drafts where
+the build has it) and llama-cpp-python's ``Llama`` with ``LlamaPromptLookupDecoding``; every
+process runs on its own, one after the other. ``llama-bench`` is used for the C++ single-stream
+ceiling only when ``--llama-bench`` names a binary.
+
+    python benchmarks/speculative.py [--server .cache/llama-server/build/bin/llama-server]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llamacpp_integrations.engine import (
+    ChatMessage,
+    ChatRequest,
+    Engine,
+    EngineConfig,
+    SamplingParams,
+)
+from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from llamacpp_integrations.models import resolve_model_path
+
+PORT = 18131
+GREEDY = SamplingParams(temperature=0.0)
+
+DOCUMENT = """\
+Field report: the Zephyr-9 research station.
+
+The Zephyr-9 research station was founded in 1987 on the northern ridge of Mount Kell, at an
+altitude of 2,340 metres. It is run by the Northern Alpine Science Consortium, a partnership of
+four universities. The station houses three laboratories: atmospheric chemistry, glaciology and
+seismic monitoring. The director is Dr. Amara Okafor, who joined the station in 2015 after ten
+years at the polar institute in Tromsø. The annual budget is 4.2 million euros, of which 60
+percent comes from public grants and 40 percent from industry partners.
+
+Staff: 14 scientists, 6 technicians and 3 support workers live at the station from April to
+October. In winter only a crew of four remains, to keep the instruments running. The nearest
+town, Brisk, lies 42 kilometres to the south; supplies arrive every second Tuesday by a cable
+car that was rebuilt in 2019 for 3.1 million euros.
+
+Instruments: a lidar that profiles aerosols up to 12 kilometres, a broadband seismometer buried
+in the bedrock since 1991, and an automatic weather mast that reports every ten minutes. The
+glaciology team drills one ice core each summer; the 2023 core reached a depth of 118 metres.
+
+Incidents: in March 2021 an avalanche damaged the east wing, which was closed for five months.
+Nobody was hurt. The repair cost 780,000 euros and added a snow shield above the entrance.
+
+Plans: the consortium intends to add a fourth laboratory, for high-altitude biology, by 2027,
+and to replace the diesel generators with a solar and battery plant of 400 kilowatts.
+"""
+
+QUOTE_QUESTIONS = [
+    "Quote, word for word, the sentence that names the director.",
+    "Copy the paragraph that starts with 'Staff:' exactly as written.",
+    "Return a JSON object with the fields name, founded, altitude, director and budget, "
+    "with values copied from the document.",
+    "What happened in March 2021? Answer by quoting the document.",
+    "List the instruments, quoting the document's description of each.",
+    "Return a JSON object with the fields town, distance_km, cable_car_rebuilt and "
+    "cable_car_cost, copied from the document.",
+]
+CHAT_QUESTIONS = [
+    "Write a short story about a robot who learns to paint.",
+    "Explain how a bicycle works to a child.",
+    "Give me five ideas for a rainy weekend.",
+    "Describe the perfect breakfast.",
+    "Why do people enjoy music?",
+    "Write a poem about autumn leaves.",
+]
+
+
+def quote_messages(question: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Here is a document.\n\n{DOCUMENT}\n{question}"}]
+
+
+def chat_messages(question: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": question}]
+
+
+@dataclass
+class Run:
+    """One request: tokens generated, seconds to the first token and to the end."""
+
+    tokens: int
+    first_s: float
+    end_s: float
+
+
+def decode_rate(runs: Sequence[Run]) -> float:
+    """Tokens after the first over the seconds from first to last token, summed over runs."""
+    tokens = sum(max(0, r.tokens - 1) for r in runs)
+    seconds = sum(max(1e-9, r.end_s - r.first_s) for r in runs)
+    return tokens / seconds
+
+
+def aggregate_rate(runs: Sequence[Run]) -> float:
+    """Concurrent runs: all tokens over the wall time of the batch."""
+    return sum(r.tokens for r in runs) / max(r.end_s for r in runs)
+
+
+# ---- ours ---------------------------------------------------------------------------------
+
+
+def ours_request(messages: list[dict[str, str]], max_tokens: int) -> ChatRequest:
+    return ChatRequest(
+        messages=[ChatMessage(role=m["role"], content=m["content"]) for m in messages],  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        sampling=GREEDY,
+    )
+
+
+def ours_one(engine: Engine, messages: list[dict[str, str]], max_tokens: int) -> Run:
+    start = time.perf_counter()
+    first = None
+    tokens = 0
+    for chunk in engine.stream(ours_request(messages, max_tokens)):
+        if first is None and chunk.token_ids:
+            first = time.perf_counter() - start
+        tokens += len(chunk.token_ids)
+    return Run(tokens, first or 0.0, time.perf_counter() - start)
+
+
+def ours_batch(
+    engine: Engine, conversations: list[list[dict[str, str]]], max_tokens: int
+) -> list[Run]:
+    start = time.perf_counter()
+    out: list[Run] = [Run(0, 0.0, 0.0)] * len(conversations)
+
+    def run(i: int) -> None:
+        first = None
+        tokens = 0
+        for chunk in engine.stream(ours_request(conversations[i], max_tokens)):
+            if first is None and chunk.token_ids:
+                first = time.perf_counter() - start
+            tokens += len(chunk.token_ids)
+        out[i] = Run(tokens, first or 0.0, time.perf_counter() - start)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conversations))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return out
+
+
+# ---- llama-server -------------------------------------------------------------------------
+
+
+def start_server(
+    binary: str, model: str, threads: int, extra: Sequence[str]
+) -> subprocess.Popen[bytes] | None:
+    command = [
+        binary, "-m", model, "--host", "127.0.0.1", "--port", str(PORT), "-np", "1",
+        "-c", "4096", "-t", str(threads), "-tb", str(threads), "--no-webui",
+        "-fa", "off", *extra,
+    ]  # fmt: skip
+    if cpu_advertises_amx():
+        command.append("--no-repack")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return process
+        except OSError:
+            pass
+        if process.poll() is not None:
+            print(
+                f"  llama-server refused {' '.join(extra) or 'its defaults'} "
+                f"(exit {process.returncode})"
+            )
+            return None
+        time.sleep(0.2)
+    process.kill()
+    return None
+
+
+def server_one(messages: list[dict[str, str]], max_tokens: int) -> Run:
+    body = json.dumps(
+        {
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    start = time.perf_counter()
+    connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+    connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    first = None
+    tokens = 0
+    for raw in connection.getresponse():
+        line = raw.decode("utf-8").strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[6:])
+        choices = event.get("choices") or []
+        if first is None and choices and choices[0].get("delta", {}).get("content"):
+            first = time.perf_counter() - start
+        if event.get("usage"):
+            tokens = event["usage"]["completion_tokens"]
+    return Run(tokens, first or 0.0, time.perf_counter() - start)
+
+
+def server_rate(
+    binary: str, model: str, threads: int, extra: Sequence[str], max_tokens: int
+) -> float | None:
+    process = start_server(binary, model, threads, extra)
+    if process is None:
+        return None
+    try:
+        server_one(quote_messages("Say hi."), 4)  # warm-up
+        return decode_rate([server_one(quote_messages(q), max_tokens) for q in QUOTE_QUESTIONS])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+# ---- llama-cpp-python ---------------------------------------------------------------------
+
+
+def llama_cpp_python_rate(model: str, threads: int, max_tokens: int, lookup: bool) -> float | None:
+    """``Llama`` (with or without prompt lookup), run in a child process so its weights and
+    threads are gone when it ends."""
+    code = f"""
+import json, sys, time
+from llama_cpp import Llama
+from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from speculative import QUOTE_QUESTIONS, quote_messages
+draft = LlamaPromptLookupDecoding(num_pred_tokens=8) if {lookup!r} else None
+llm = Llama({model!r}, n_ctx=4096, n_threads={threads}, verbose=False, draft_model=draft)
+tokens = 0
+seconds = 0.0
+for q in QUOTE_QUESTIONS:
+    start = time.perf_counter(); first = None; n = 0
+    for part in llm.create_chat_completion(quote_messages(q), max_tokens={max_tokens},
+                                           temperature=0.0, stream=True):
+        if part["choices"][0]["delta"].get("content"):
+            n += 1
+            if first is None:
+                first = time.perf_counter()
+    tokens += max(0, n - 1); seconds += time.perf_counter() - (first or start)
+print(json.dumps(tokens / seconds))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        print("  llama-cpp-python failed:", done.stderr.strip().splitlines()[-1:] or "")
+        return None
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+# ---- main ---------------------------------------------------------------------------------
+
+
+def engine_for(model: str, speculative: str | None, threads: int) -> Engine:
+    return Engine(
+        EngineConfig(
+            model=model, n_seq_max=16, n_ctx_per_seq=2048, n_threads=threads,
+            speculative=speculative,  # type: ignore[arg-type]
+        )
+    )  # fmt: skip
+
+
+def measure_ours(
+    model: str, speculative: str | None, threads: int, max_tokens: int
+) -> dict[str, object]:
+    with engine_for(model, speculative, threads) as engine:
+        engine.generate(ours_request(chat_messages("Hi"), 4))
+        out: dict[str, object] = {}
+        for name, questions, make in (
+            ("quote", QUOTE_QUESTIONS, quote_messages),
+            ("chat", CHAT_QUESTIONS, chat_messages),
+        ):
+            before = engine.stats()
+            out[name] = decode_rate([ours_one(engine, make(q), max_tokens) for q in questions])
+            after = engine.stats()
+            drafted = after.drafted_tokens - before.drafted_tokens
+            accepted = after.accepted_tokens - before.accepted_tokens
+            out[name + "_acceptance"] = (accepted / drafted if drafted else None, drafted)
+        for n in (8, 16):
+            mixed = [
+                quote_messages(QUOTE_QUESTIONS[i % len(QUOTE_QUESTIONS)])
+                if i % 2 == 0
+                else chat_messages(CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)])
+                for i in range(n)
+            ]
+            before = engine.stats()
+            out[f"mixed{n}"] = aggregate_rate(ours_batch(engine, mixed, max_tokens))
+            after = engine.stats()
+            drafted = after.drafted_tokens - before.drafted_tokens
+            accepted = after.accepted_tokens - before.accepted_tokens
+            out[f"mixed{n}_acceptance"] = (accepted / drafted if drafted else None, drafted)
+        return out
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:7.1f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--server", default=".cache/llama-server/build/bin/llama-server")
+    parser.add_argument("--llama-bench", default=None, help="a llama-bench binary, if built")
+    parser.add_argument("--no-peers", action="store_true", help="ours only")
+    args = parser.parse_args(argv)
+    model = str(resolve_model_path(args.model))
+    print(f"model {os.path.basename(model)}, {args.threads} threads, max {args.max_tokens} tokens")
+
+    spec = measure_ours(model, "ngram", args.threads, args.max_tokens)
+    plain = measure_ours(model, None, args.threads, args.max_tokens)
+    print("\nOurs, generation tokens/s (single stream: decode rate; concurrent: aggregate)")
+    print(f"{'workload':<22}{'ngram':>9}{'off':>9}{'ratio':>8}   acceptance (drafted)")
+    for key, label in (
+        ("quote", "(a) quote, 1 stream"),
+        ("chat", "(b) chat, 1 stream"),
+        ("mixed8", "(c) mixed, 8 conc."),
+        ("mixed16", "(c) mixed, 16 conc."),
+    ):
+        rate, drafted = spec[key + "_acceptance"]  # type: ignore[misc]
+        shown = "n/a" if rate is None else f"{rate:.0%}"
+        print(
+            f"{label:<22}{fmt(spec[key]):>9}{fmt(plain[key]):>9}"  # type: ignore[arg-type]
+            f"{ratio(spec[key], plain[key]):>8}   {shown} ({drafted})"  # type: ignore[arg-type]
+        )
+    if args.no_peers:
+        return
+    ours_quote = spec["quote"]
+    assert isinstance(ours_quote, float)
+    peers: list[tuple[str, Callable[[], float | None]]] = []
+    if os.path.exists(args.server):
+        peers.append(
+            (
+                "llama-server",
+                lambda: server_rate(args.server, model, args.threads, [], args.max_tokens),
+            )
+        )
+        ngram = [
+            "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+            "--spec-ngram-simple-size-m", "8", "--spec-draft-n-max", "8",
+        ]  # fmt: skip
+        peers.append(
+            (
+                "llama-server ngram-simple",
+                lambda: server_rate(args.server, model, args.threads, ngram, args.max_tokens),
+            )
+        )
+    else:
+        print(f"\n(no llama-server at {args.server}: `make llama-server` builds it)")
+    peers.append(
+        (
+            "llama-cpp-python Llama",
+            lambda: llama_cpp_python_rate(model, args.threads, args.max_tokens, False),
+        )
+    )
+    peers.append(
+        (
+            "Llama + PromptLookup",
+            lambda: llama_cpp_python_rate(model, args.threads, args.max_tokens, True),
+        )
+    )
+    print(
+        "\n(a) quote, single stream: decode tokens/s; ratio = ours with n-gram speculation / peer"
+    )
+    print(f"{'peer':<28}{'tok/s':>9}{'ours/peer':>11}")
+    print(f"{'ours, speculative=ngram':<28}{fmt(ours_quote):>9}{'1.00x':>11}")
+    print(
+        f"{'ours, speculative=None':<28}{fmt(plain['quote']):>9}"
+        f"{ratio(ours_quote, plain['quote']):>11}"
+    )  # type: ignore[arg-type]
+    for name, measure in peers:
+        rate = measure()
+        print(f"{name:<28}{fmt(rate):>9}{ratio(ours_quote, rate):>11}")
+    if args.llama_bench and os.path.exists(args.llama_bench):
+        done = subprocess.run(
+            [args.llama_bench, "-m", model, "-t", str(args.threads), "-p", "0", "-n", "128",
+             "-o", "json"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        bench = json.loads(done.stdout)[0]["avg_ts"]
+        print(f"{'llama-bench tg128 (C++)':<28}{bench:>9.1f}{ratio(ours_quote, bench):>11}")
+    else:
+        print("llama-bench: no binary (pass --llama-bench PATH); the ceiling ratio is skipped")
+
+
+if __name__ == "__main__":
+    main()
