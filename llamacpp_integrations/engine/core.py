@@ -405,23 +405,26 @@ class EngineCore:
         """Sample a speculating sequence position by position, keeping drafts while they
         equal what its sampler picks (see ``speculative.py``); drop the cells of the rest."""
         draft = entry.tokens[1:]
+        # Counted as found, before a token that ends the request publishes the stats: a
+        # caller that sees the request gone then sees its drafts too.
+        self.spec_stats.add(len(draft), 0)
         accepted = 0
         running = True
         for i in range(len(draft) + 1):
             index = entry.first_index + i
             token = self._next_token(active, index)
+            matched = i < len(draft) and token == draft[i]
+            if matched:
+                self.spec_stats.accepted += 1
             running = self._on_token(active, token, now, index, send=False)
-            if not running or i == len(draft) or token != draft[i]:
+            if not running or not matched:
                 break
             accepted += 1
         assert active.spec is not None
         active.spec.verified(len(draft), accepted)
-        self.spec_stats.add(len(draft), accepted)
         if not running:
             # Ended: its cells (drafts included) still hold exactly the tokens the slot
-            # lists, so they stay valid for prefix reuse. The counts above came after the
-            # end's stats went out: publish them too.
-            self.publish()
+            # lists, so they stay valid for prefix reuse.
             return
         n_keep = entry.start_pos + 1 + accepted
         if accepted < len(draft):

@@ -161,4 +161,5 @@ def test_a_request_can_opt_out(engines: tuple[Engine, Engine]) -> None:
     spec.generate(
         _request(QUOTES[0], sampling=SamplingParams(temperature=0.0, allow_speculation=False))
     )
-    assert spec.stats().drafted_tokens == before
+    after = spec.stats()
+    assert after.drafted_tokens == before, (before, after)
