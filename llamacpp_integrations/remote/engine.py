@@ -36,7 +36,6 @@ from ..engine.types import (
     ImageInput,
     ModelInfo,
     StreamChunk,
-    TokenLogprob,
     new_request_id,
 )
 from ..errors import (
@@ -51,6 +50,7 @@ from ..errors import (
 )
 from .builds import check_build
 from .chunks import ChunkReader
+from .collect import acollect, collect
 from .payload import completion_body
 from .server_info import ServerDescription, describe_server, parse_metrics, stats_from
 from .transport import Transport, error_for_status, parse_event
@@ -437,21 +437,11 @@ class RemoteEngine:
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Run a request to the end; raises the request's typed error if it fails."""
-        collector = _Collector(request)
-        for chunk in self.stream(request):
-            collector.add(chunk)
-        return collector.completion()
+        return collect(request, self.stream(request), url=self.base_url)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async ``generate``; cancelling the awaiting task aborts the request."""
-        collector = _Collector(request)
-        stream = self.astream(request)
-        try:
-            async for chunk in stream:
-                collector.add(chunk)
-        finally:
-            await stream.aclose()
-        return collector.completion()
+        return await acollect(request, self.astream(request), url=self.base_url)
 
     # ---- embeddings --------------------------------------------------------------------------
 
@@ -543,41 +533,6 @@ class RemoteEngine:
             )
             vectors.append(_vector(row))
         return vectors
-
-
-class _Collector:
-    """A whole answer from its chunks."""
-
-    def __init__(self, request: GenerationRequest) -> None:
-        self.request = request
-        self.texts: list[str] = []
-        self.reasoning: list[str] = []
-        self.tokens: list[int] = []
-        self.logprobs: list[TokenLogprob] = []
-        self.last: StreamChunk | None = None
-
-    def add(self, chunk: StreamChunk) -> None:
-        self.texts.append(chunk.text)
-        self.reasoning.append(chunk.reasoning)
-        self.tokens.extend(chunk.token_ids)
-        self.logprobs.extend(chunk.logprobs)
-        if chunk.finish_reason is not None:
-            self.last = chunk
-
-    def completion(self) -> Completion:
-        last = self.last
-        assert last is not None and last.finish_reason is not None
-        assert last.usage is not None and last.timings is not None
-        return Completion(
-            request_id=self.request.request_id,
-            text="".join(self.texts),
-            token_ids=tuple(self.tokens),
-            finish_reason=last.finish_reason,
-            usage=last.usage,
-            timings=last.timings,
-            logprobs=None if self.request.logprobs is None else tuple(self.logprobs),
-            reasoning="".join(self.reasoning),
-        )
 
 
 def _check_markers(prompt: str, marker: str, n_images: int, request_id: str) -> None:

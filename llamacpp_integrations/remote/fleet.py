@@ -37,11 +37,11 @@ from ..engine.types import (
     GenerationRequest,
     ModelInfo,
     StreamChunk,
-    Timings,
     Usage,
 )
 from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
 from .affinity import affinity_key
+from .collect import acollect, collect
 from .routing import Router, ServerState
 
 __all__ = ["FleetEngine", "FleetStats", "MemberEngine"]
@@ -408,20 +408,10 @@ class FleetEngine:
     def generate(self, request: GenerationRequest) -> Completion:
         # Collected from the fleet's own stream, so a server breaking off an answer is told
         # apart from one refusing it (both are "not retryable" to a caller of generate).
-        collected = _Collected(request)
-        for chunk in self.stream(request):
-            collected.add(chunk)
-        return collected.completion()
+        return collect(request, self.stream(request), url="fleet")
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
-        collected = _Collected(request)
-        chunks = self.astream(request)
-        try:
-            async for chunk in chunks:
-                collected.add(chunk)
-        finally:
-            await chunks.aclose()
-        return collected.completion()
+        return await acollect(request, self.astream(request), url="fleet")
 
     def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
         key = affinity_key(request)
@@ -476,36 +466,6 @@ class FleetEngine:
                 await chunks.aclose()
             self._finish(url, usage)
             return
-
-
-class _Collected:
-    """A whole answer from its chunks (the last one carries finish reason, usage, timings)."""
-
-    def __init__(self, request: GenerationRequest) -> None:
-        self.request = request
-        self.chunks: list[StreamChunk] = []
-
-    def add(self, chunk: StreamChunk) -> None:
-        self.chunks.append(chunk)
-
-    def completion(self) -> Completion:
-        last = self.chunks[-1] if self.chunks else None
-        if last is None or last.finish_reason is None or last.usage is None:
-            raise ServerUnavailableError(
-                "the answer ended without its last chunk", url="", retryable=False
-            )
-        return Completion(
-            request_id=self.request.request_id,
-            text="".join(c.text for c in self.chunks),
-            token_ids=tuple(t for c in self.chunks for t in c.token_ids),
-            finish_reason=last.finish_reason,
-            usage=last.usage,
-            timings=last.timings or Timings(0.0, None, 0.0, 0.0, 0.0),
-            logprobs=None
-            if self.request.logprobs is None
-            else tuple(lp for c in self.chunks for lp in c.logprobs),
-            reasoning="".join(c.reasoning for c in self.chunks),
-        )
 
 
 def _safe_health(member: MemberEngine) -> bool:
