@@ -25,7 +25,6 @@ import http.client
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,9 +34,11 @@ from typing import Any
 
 import results
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, Engine
 from llamacpp_integrations.engine.runner import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
+from tests.fixtures.llama_servers import LlamaServerProcess
 
 PORT = 18131
 WORDS = [
@@ -102,31 +103,21 @@ def chat_while_embedding(engine: Engine, texts: list[str]) -> dict[str, float]:
     return {"chat_alone_tps": alone, "chat_during_tps": min(during) if during else float("nan")}
 
 
-def start_server(binary: str, model: str, threads: int, pooling: str | None) -> Any:
-    command = [
-        binary, "-m", model, "--host", "127.0.0.1", "--port", str(PORT), "--embeddings",
-        "-np", "4", "-c", "8192", "-b", "2048", "-ub", "2048",
-        "-t", str(threads), "-tb", str(threads), "--no-webui",
-    ]  # fmt: skip
+def start_server(binary: str, model: str, threads: int, pooling: str | None) -> LlamaServerProcess:
+    extra = ["--embeddings", "-b", "2048", "-ub", "2048"]
     if pooling:
-        command += ["--pooling", pooling]
+        extra += ["--pooling", pooling]
     if cpu_advertises_amx():
-        command.append("--no-repack")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return process
-        except OSError:
-            pass
-        if process.poll() is not None:
-            sys.exit(f"llama-server exited with code {process.returncode}: {' '.join(command)}")
-        time.sleep(0.2)
-    process.kill()
-    sys.exit("llama-server did not become healthy within 120 s")
+        extra.append("--no-repack")
+    server = LlamaServerProcess(
+        Path(binary), Path(model), port=PORT, threads=threads, slots=4, n_ctx_per_slot=2048,
+        extra=tuple(extra),
+    )  # fmt: skip
+    try:
+        return server.start()
+    except RuntimeError as error:
+        server.close()
+        sys.exit(str(error))
 
 
 def server_side(texts: list[str]) -> dict[str, Any]:
@@ -169,7 +160,6 @@ def main() -> None:
     args = parser.parse_args()
     threads = os.cpu_count() or 1
     if args.encoder:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from tests.fixtures.tiny_encoder import build_tiny_encoder
 
         model = str(build_tiny_encoder(Path(tempfile.mkdtemp()) / "tiny-bert.gguf"))
@@ -190,8 +180,7 @@ def main() -> None:
     try:
         theirs = server_side(texts)
     finally:
-        server.terminate()
-        server.wait()
+        server.close()
     ours_tps = n_tokens / mine["wall_s"]
     server_tps = n_tokens / theirs["wall_s"]
     name = "tiny BERT encoder" if args.encoder else Path(model).name

@@ -22,7 +22,6 @@ import argparse
 import http.client
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -31,6 +30,8 @@ from functools import partial
 from pathlib import Path
 
 import results
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from throughput import (
     QUESTIONS,
     WARMUP,
@@ -43,38 +44,28 @@ from throughput import (
 
 from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from tests.fixtures.llama_servers import LlamaServerProcess
 
 PORT = 18123
 
 
 def start_server(
     binary: str, model: str, threads: int, slots: int, n_ctx_per_seq: int, mirror: bool
-) -> subprocess.Popen[bytes]:
-    command = [
-        binary, "-m", model, "--host", "127.0.0.1", "--port", str(PORT),
-        "-np", str(slots), "-c", str(slots * n_ctx_per_seq),
-        "-t", str(threads), "-tb", str(threads),
-        "-cb", "--no-webui",
-    ]  # fmt: skip
+) -> LlamaServerProcess:
+    extra = ["-cb"]
     if mirror:  # our defaults: one KV stream per slot, flash attention off
-        command += ["-fa", "off", "--no-kv-unified"]
+        extra += ["-fa", "off", "--no-kv-unified"]
     if cpu_advertises_amx():
-        command.append("--no-repack")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return process
-        except OSError:
-            pass
-        if process.poll() is not None:
-            sys.exit(f"llama-server exited with code {process.returncode}: {' '.join(command)}")
-        time.sleep(0.2)
-    process.kill()
-    sys.exit("llama-server did not become healthy within 120 s")
+        extra.append("--no-repack")
+    server = LlamaServerProcess(
+        Path(binary), Path(model), port=PORT, threads=threads, slots=slots,
+        n_ctx_per_slot=n_ctx_per_seq, extra=tuple(extra),
+    )  # fmt: skip
+    try:
+        return server.start()
+    except RuntimeError as error:
+        server.close()
+        sys.exit(str(error))
 
 
 def server_request(question: str, max_tokens: int, start: float) -> tuple[int, float, float]:
@@ -155,7 +146,7 @@ def main() -> None:
     measured: dict[int, tuple[BatchResult, BatchResult]] = {}
     mirror = not args.server_defaults
     with Engine(config) as engine:
-        process = start_server(args.server, engine.info.path, threads, slots, n_ctx_per_seq, mirror)
+        server = start_server(args.server, engine.info.path, threads, slots, n_ctx_per_seq, mirror)
         try:
             engine.generate(our_request(WARMUP, 8))
             server_request(WARMUP, 8, time.perf_counter())
@@ -167,8 +158,7 @@ def main() -> None:
                     partial(server_batch, n, args.max_tokens),
                 )
         finally:
-            process.terminate()
-            process.wait()
+            server.close()
 
     print("# Our engine (in-process) vs llama.cpp's llama-server (C++, HTTP), same llama.cpp\n")
     print(

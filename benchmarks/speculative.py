@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from llamacpp_integrations.engine import (
     ChatMessage,
@@ -39,6 +40,9 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.engine.runner import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.fixtures.llama_servers import LlamaServerProcess
 
 PORT = 18131
 GREEDY = SamplingParams(temperature=0.0)
@@ -168,33 +172,20 @@ def ours_batch(
 
 def start_server(
     binary: str, model: str, threads: int, extra: Sequence[str]
-) -> subprocess.Popen[bytes] | None:
-    command = [
-        binary, "-m", model, "--host", "127.0.0.1", "--port", str(PORT), "-np", "1",
-        "-c", "4096", "-t", str(threads), "-tb", str(threads), "--no-webui",
-        "-fa", "off", *extra,
-    ]  # fmt: skip
+) -> LlamaServerProcess | None:
+    flags = ["-fa", "off", *extra]
     if cpu_advertises_amx():
-        command.append("--no-repack")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return process
-        except OSError:
-            pass
-        if process.poll() is not None:
-            print(
-                f"  llama-server refused {' '.join(extra) or 'its defaults'} "
-                f"(exit {process.returncode})"
-            )
-            return None
-        time.sleep(0.2)
-    process.kill()
-    return None
+        flags.append("--no-repack")
+    server = LlamaServerProcess(
+        Path(binary), Path(model), port=PORT, threads=threads, slots=1, n_ctx_per_slot=4096,
+        extra=tuple(flags),
+    )  # fmt: skip
+    try:
+        return server.start()
+    except RuntimeError as error:
+        server.close()
+        print(f"  llama-server refused {' '.join(extra) or 'its defaults'}: {error}")
+        return None
 
 
 def server_one(messages: list[dict[str, str]], max_tokens: int) -> Run:
@@ -228,15 +219,14 @@ def server_one(messages: list[dict[str, str]], max_tokens: int) -> Run:
 def server_rate(
     binary: str, model: str, threads: int, extra: Sequence[str], max_tokens: int
 ) -> float | None:
-    process = start_server(binary, model, threads, extra)
-    if process is None:
+    server = start_server(binary, model, threads, extra)
+    if server is None:
         return None
     try:
         server_one(quote_messages("Say hi."), 4)  # warm-up
         return decode_rate([server_one(quote_messages(q), max_tokens) for q in QUOTE_QUESTIONS])
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        server.close()
 
 
 # ---- llama-cpp-python ---------------------------------------------------------------------

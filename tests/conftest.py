@@ -136,11 +136,11 @@ def remote_urls(
         return
     if not LLAMA_SERVER.exists():
         pytest.skip(f"no llama-server at {LLAMA_SERVER} (make llama-server)")
-    generation_args = ["-np", "4", "-c", "4096", "--metrics", "--mmproj", str(projector)]
-    embedding_args = ["--embeddings", "--pooling", "mean", "-np", "2", "-c", "1024"]
+    generation_args = ["--metrics", "--mmproj", str(projector)]
+    embedding_args = ["--embeddings", "--pooling", "mean"]
     with (
-        llama_server(smollm_path, generation_args) as generation,
-        llama_server(smollm_path, embedding_args) as embeddings,
+        llama_server(smollm_path, slots=4, n_ctx_per_slot=1024, args=generation_args) as generation,
+        llama_server(smollm_path, slots=2, n_ctx_per_slot=512, args=embedding_args) as embeddings,
     ):
         _RECORDED_HOSTS.update({generation: RECORDED_URL, embeddings: RECORDED_EMBEDDINGS_URL})
         yield generation, embeddings

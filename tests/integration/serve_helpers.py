@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,12 +12,7 @@ import uvicorn
 
 from llamacpp_integrations.engine import InferenceEngine
 from llamacpp_integrations.server import create_app
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.fixtures.llama_servers import free_port
 
 
 def start_server(

@@ -16,7 +16,7 @@ from llamacpp_integrations.errors import ServerUnavailableError, UntestedServerE
 from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
 from llamacpp_integrations.remote import RemoteEngine, connect
-from tests.remote_servers import free_port
+from tests.fixtures.llama_servers import free_port
 
 GREEDY = SamplingParams(temperature=0.0)
 pytestmark = pytest.mark.vcr
