@@ -373,6 +373,66 @@ def remote_section(found: dict[str, dict[str, Any]], headline: list[str]) -> lis
     return [*lines, ""]
 
 
+def serve_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    document = found.get("serve")
+    if document is None:
+        return []
+    settings = document["settings"]
+    runs = {(r["server"], r["mode"], r["load"]): r for r in document["levels"]}
+    lines = [
+        "## Server mode: tail latency",
+        "",
+        "`llamacpp-integrations serve` against llama.cpp's `llama-server` over HTTP, the same "
+        "streamed chat requests from one load generator, each server alone on the machine "
+        f"({where(document)}; {settings['slots']} slots of {settings['ctx_per_slot']} tokens; "
+        f"{settings['max_tokens']} tokens per request, greedy; ours queues at most "
+        f"{settings['max_queued']} and answers 429 past that). Closed loop: N clients, each "
+        "sending its next request when the last one ends. Open loop: Poisson arrivals at a "
+        f"rate, for {settings['open_loop_duration_s']:.0f} s. TTFT is time to first token, ITL "
+        "the gap between tokens; P99 ratios are ours over llama-server (below 1: ours is "
+        "better).",
+        "",
+        "| load | ours tok/s | llama-server tok/s | ratio | P99 TTFT ours / theirs "
+        "| P99 ITL ours / theirs | ours ok / 429 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (server, mode, load), ours in runs.items():
+        theirs = runs.get(("llama-server", mode, load))
+        if server != "ours" or theirs is None:
+            continue
+        name = f"{load} concurrent" if mode == "closed" else f"{load:g} req/s"
+        ttft = ours["ttft_ms"]["p99"] / theirs["ttft_ms"]["p99"]
+        itl = ours["itl_ms"]["p99"] / theirs["itl_ms"]["p99"]
+        lines.append(
+            f"| {name} | {ours['tok_s']:.0f} | {theirs['tok_s']:.0f} "
+            f"| {ours['tok_s'] / theirs['tok_s']:.2f}x "
+            f"| {ours['ttft_ms']['p99']:.0f} / {theirs['ttft_ms']['p99']:.0f} ms ({ttft:.2f}x) "
+            f"| {ours['itl_ms']['p99']:.0f} / {theirs['itl_ms']['p99']:.0f} ms ({itl:.2f}x) "
+            f"| {ours['ok']} / {ours['rejected_429']} |"
+        )
+        if mode == "closed":
+            headline.append(
+                f"| server mode vs `llama-server`, {name}: tok/s, P99 TTFT, P99 ITL "
+                f"| {ours['tok_s'] / theirs['tok_s']:.2f}x / {ttft:.2f}x / {itl:.2f}x |"
+            )
+    peers = [r for r in document["levels"] if r["server"] == "llama-cpp-python"]
+    if peers:
+        lines += [
+            "",
+            "llama-cpp-python's own server (`python -m llama_cpp.server`), which serves one "
+            "request at a time, for the record:",
+            "",
+            "| load | tok/s | P99 TTFT | P99 ITL | ok | errors |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for run in peers:
+            lines.append(
+                f"| {run['load']} concurrent | {run['tok_s']:.0f} | {run['ttft_ms']['p99']:.0f} ms "
+                f"| {run['itl_ms']['p99']:.0f} ms | {run['ok']} | {run['errors']} |"
+            )
+    return [*lines, ""]
+
+
 def render() -> str:
     found = load()
     headline: list[str] = []
@@ -382,6 +442,7 @@ def render() -> str:
         *images_section(found, headline),
         *loop_section(found, headline),
         *remote_section(found, headline),
+        *serve_section(found, headline),
     ]
     page = [
         "# Benchmarks",

@@ -518,6 +518,7 @@ def soak(
         "fixed greedy prompts unchanged": start_texts == end_texts,
     }
     return {
+        "benchmark": "soak",
         "minutes": minutes,
         "workers": {"threads": threads, "tasks": tasks},
         "seed": seed,
