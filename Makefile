@@ -76,7 +76,7 @@ bench-lifecycle: models
 	$(BIN)/python benchmarks/lifecycle_rss.py --json benchmarks/results/lifecycle_rss.json
 
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
-# About half an hour here (plus the llama-server build the first time).
+# About 45 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
 bench-report: models $(LLAMA_SERVER)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
@@ -86,6 +86,8 @@ bench-report: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/embeddings.py --json $(RESULTS)/embeddings.json
 	$(BIN)/python benchmarks/images.py --json $(RESULTS)/images.json
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
+	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
+	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server, built from the sources vendored in the installed llama-cpp-python's
