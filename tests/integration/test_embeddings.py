@@ -115,8 +115,9 @@ def test_registry_shares_one_engine_and_one_copy_of_the_weights(smollm_path: Pat
     assert embed_side is chat_side
     assert len(embed_side.embed(["hello"])[0]) == 576
     assert chat_side.generate(chat("Hi", max_tokens=2)).usage.completion_tokens > 0
-    # The weights are ~94 MiB: a second load would show; the embedding context is far smaller.
-    assert rss_bytes() - before < 60 * 2**20
+    # The embedding context's first use costs tens of MiB (its KV cells and buffers); a second
+    # copy of the weights would add the whole file on top of that.
+    assert rss_bytes() - before < smollm_path.stat().st_size
     assert chat_side in live_engines()
     # Dropping every holder closes the engine and frees it.
     del chat_side, embed_side

@@ -40,8 +40,11 @@ from llamacpp_integrations.multimodal import load_image
 from tests.conftest import ENGINES
 from tests.fixtures.tiny_projector import build_tiny_projector
 from tests.fixtures.tiny_qwen2vl import build_tiny_qwen2vl
+from tests.integration.helpers import agree_up_to_a_tie
 
 GREEDY = SamplingParams(temperature=0.0)
+# How far apart two top tokens may be for batched rounding to flip the greedy choice.
+TIE_NATS = 0.35
 SYSTEM = (
     "You are a careful assistant who describes pictures for people who cannot see them. "
     "Describe colours, shapes, any text and the overall layout, in one short sentence."
@@ -196,12 +199,13 @@ def test_cached_text_prefix_is_reused_before_a_new_image(vision: Engine) -> None
 
 
 def test_image_and_text_requests_run_together_without_cross_talk(vision: Engine) -> None:
-    image_request = ask(noise(7), max_tokens=16)
+    image_request = ask(noise(7), max_tokens=16, logprobs=5)
     text_requests = [
         ChatRequest(
             messages=[ChatMessage(role="user", content=f"Count from {n} to {n + 5}.")],
             sampling=GREEDY,
             max_tokens=24,
+            logprobs=5,
         )
         for n in (1, 10, 100)
     ]
@@ -219,7 +223,10 @@ def test_image_and_text_requests_run_together_without_cross_talk(vision: Engine)
     concurrent = asyncio.run(together())
     steps_together = vision.stats().steps - steps
     concurrent = [concurrent[-1], *concurrent[:-1]]
-    assert [c.token_ids for c in concurrent] == [a.token_ids for a in alone]
+    # Identical, or the same up to a near-tie that batched kernels round the other way; a
+    # cross-wired answer parts at once, on a token the request alone would not consider.
+    for one, shared in zip(alone, concurrent, strict=True):
+        agree_up_to_a_tie(one, shared, TIE_NATS)
     # They shared decode steps (the image was read while the text answers were decoded).
     assert steps_together < steps_alone
 
