@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,14 @@ $(LLAMA_SERVER): | install
 
 llama-server: $(LLAMA_SERVER)
 
+# llama.cpp's llama-bench from the same build: the C++ ceiling the benchmarks print ratios to.
+LLAMA_BENCH := $(LLAMA_SERVER_DIR)/build/bin/llama-bench
+
+$(LLAMA_BENCH): $(LLAMA_SERVER)
+	cmake --build $(LLAMA_SERVER_DIR)/build --target llama-bench -j 2
+
+llama-bench: $(LLAMA_BENCH)
+
 bench-server: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)
 
@@ -136,15 +144,14 @@ record-cassettes: models $(LLAMA_SERVER)
 # Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings: the tiny
 # encoder, then SmolLM2 (about 15 minutes on 2 cores; pass TEXTS=200 for a quick look).
 TEXTS ?= 2000
-bench-embeddings: models $(LLAMA_SERVER)
+bench-embeddings: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --encoder --texts $(TEXTS)
 	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --texts $(TEXTS)
 
 # Speculative decoding against the peers, and the prompt cache's time to first token.
-# LLAMA_BENCH=path/to/llama-bench adds the C++ single-stream ceiling.
-bench-spec: models $(LLAMA_SERVER)
-	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) \
-		$(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH))
+# llama-bench gives the C++ single-stream ceiling.
+bench-spec: models $(LLAMA_SERVER) $(LLAMA_BENCH)
+	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/prompt_cache.py
 
 clean:
