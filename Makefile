@@ -151,8 +151,9 @@ bench-embeddings: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 # Speculative decoding against the peers, and the prompt cache's time to first token.
 # llama-bench gives the C++ single-stream ceiling.
 bench-spec: models $(LLAMA_SERVER) $(LLAMA_BENCH)
-	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH)
-	$(BIN)/python benchmarks/prompt_cache.py
+	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
+		--json $(RESULTS)/speculative.json
+	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

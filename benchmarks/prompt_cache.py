@@ -18,6 +18,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+import results
+
 from llamacpp_integrations.engine import (
     ChatMessage,
     ChatRequest,
@@ -71,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     model = str(resolve_model_path(args.model))
     cold, warm, restart = [], [], []
@@ -95,13 +98,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     base = statistics.median(cold)
     print(f"time to first token, {n_prompt}-token prompt, median of {args.repeat}")
     print(f"{'case':<34}{'ms':>8}{'vs cold':>9}")
+    rows = []
     for name, values in (
         ("cold (nothing cached)", cold),
         ("warm (prefix in a slot)", warm),
         ("after restart (prefix on disk)", restart),
     ):
         median = statistics.median(values)
+        rows.append({"case": name, "ttft_ms": median * 1000, "vs_cold": median / base})
         print(f"{name:<34}{median * 1000:>8.0f}{median / base:>8.2f}x")
+    settings = {"model": os.path.basename(model), "threads": args.threads, "repeat": args.repeat,
+                "prompt_tokens": n_prompt}  # fmt: skip
+    results.write(args.json, "prompt_cache", settings, rows=rows)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import results
+
 from llamacpp_integrations.engine import (
     ChatMessage,
     ChatRequest,
@@ -216,15 +218,21 @@ def server_one(messages: list[dict[str, str]], max_tokens: int) -> Run:
     return Run(tokens, first or 0.0, time.perf_counter() - start)
 
 
-def server_rate(
+def server_rates(
     binary: str, model: str, threads: int, extra: Sequence[str], max_tokens: int
-) -> float | None:
+) -> dict[str, float | None]:
+    """Single-stream decode tokens/s of one llama-server on (a) quote and (b) chat."""
     server = start_server(binary, model, threads, extra)
     if server is None:
-        return None
+        return {"quote": None, "chat": None}
     try:
         server_one(quote_messages("Say hi."), 4)  # warm-up
-        return decode_rate([server_one(quote_messages(q), max_tokens) for q in QUOTE_QUESTIONS])
+        return {
+            "quote": decode_rate(
+                [server_one(quote_messages(q), max_tokens) for q in QUOTE_QUESTIONS]
+            ),
+            "chat": decode_rate([server_one(chat_messages(q), max_tokens) for q in CHAT_QUESTIONS]),
+        }
     finally:
         server.close()
 
@@ -323,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--server", default=".cache/llama-server/build/bin/llama-server")
     parser.add_argument("--llama-bench", default=None, help="a llama-bench binary, if built")
     parser.add_argument("--no-peers", action="store_true", help="ours only")
+    parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     model = str(resolve_model_path(args.model))
     print(f"model {os.path.basename(model)}, {args.threads} threads, max {args.max_tokens} tokens")
@@ -343,16 +352,29 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{label:<22}{fmt(spec[key]):>9}{fmt(plain[key]):>9}"  # type: ignore[arg-type]
             f"{ratio(spec[key], plain[key]):>8}   {shown} ({drafted})"  # type: ignore[arg-type]
         )
+    settings = {"model": os.path.basename(model), "threads": args.threads,
+                "max_tokens": args.max_tokens}  # fmt: skip
+    ours_rows = {
+        key: {
+            "ngram": spec[key],
+            "off": plain[key],
+            "acceptance": spec[key + "_acceptance"][0],  # type: ignore[index]
+            "drafted": spec[key + "_acceptance"][1],  # type: ignore[index]
+        }
+        for key in ("quote", "chat", "mixed8", "mixed16")
+    }
     if args.no_peers:
+        results.write(args.json, "speculative", settings, ours=ours_rows, peers=[])
         return
     ours_quote = spec["quote"]
-    assert isinstance(ours_quote, float)
-    peers: list[tuple[str, Callable[[], float | None]]] = []
+    ours_chat = spec["chat"]
+    assert isinstance(ours_quote, float) and isinstance(ours_chat, float)
+    peers: list[tuple[str, Callable[[], dict[str, float | None]]]] = []
     if os.path.exists(args.server):
         peers.append(
             (
                 "llama-server",
-                lambda: server_rate(args.server, model, args.threads, [], args.max_tokens),
+                lambda: server_rates(args.server, model, args.threads, [], args.max_tokens),
             )
         )
         ngram = [
@@ -362,45 +384,45 @@ def main(argv: Sequence[str] | None = None) -> None:
         peers.append(
             (
                 "llama-server ngram-simple",
-                lambda: server_rate(args.server, model, args.threads, ngram, args.max_tokens),
+                lambda: server_rates(args.server, model, args.threads, ngram, args.max_tokens),
             )
         )
     else:
         print(f"\n(no llama-server at {args.server}: `make llama-server` builds it)")
-    peers.append(
-        (
-            "llama-cpp-python Llama",
-            lambda: llama_cpp_python_rate(model, args.threads, args.max_tokens, False),
+    for name, lookup in (("llama-cpp-python Llama", False), ("Llama + PromptLookup", True)):
+        peers.append(
+            (
+                name,
+                lambda lookup=lookup: {  # type: ignore[misc]
+                    "quote": llama_cpp_python_rate(model, args.threads, args.max_tokens, lookup),
+                    "chat": None,
+                },
+            )
         )
-    )
-    peers.append(
-        (
-            "Llama + PromptLookup",
-            lambda: llama_cpp_python_rate(model, args.threads, args.max_tokens, True),
-        )
-    )
-    print(
-        "\n(a) quote, single stream: decode tokens/s; ratio = ours with n-gram speculation / peer"
-    )
-    print(f"{'peer':<28}{'tok/s':>9}{'ours/peer':>11}")
-    print(f"{'ours, speculative=ngram':<28}{fmt(ours_quote):>9}{'1.00x':>11}")
-    print(
-        f"{'ours, speculative=None':<28}{fmt(plain['quote']):>9}"
-        f"{ratio(ours_quote, plain['quote']):>11}"
-    )  # type: ignore[arg-type]
-    for name, measure in peers:
-        rate = measure()
-        print(f"{name:<28}{fmt(rate):>9}{ratio(ours_quote, rate):>11}")
+    print("\nSingle stream, decode tokens/s; ratio = ours with n-gram speculation / peer")
+    print(f"{'peer':<28}{'(a) quote':>10}{'ours/peer':>11}{'(b) chat':>10}{'ours/peer':>11}")
+    peer_rows = [
+        {"peer": "ours, speculative=ngram", "quote": ours_quote, "chat": ours_chat},
+        {"peer": "ours, speculative=None", "quote": plain["quote"], "chat": plain["chat"]},
+    ]
+    peer_rows += [{"peer": name, **measure()} for name, measure in peers]
     if args.llama_bench and os.path.exists(args.llama_bench):
         done = subprocess.run(
             [args.llama_bench, "-m", model, "-t", str(args.threads), "-p", "0", "-n", "128",
              "-o", "json"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-        bench = json.loads(done.stdout)[0]["avg_ts"]
-        print(f"{'llama-bench tg128 (C++)':<28}{bench:>9.1f}{ratio(ours_quote, bench):>11}")
+        bench = float(json.loads(done.stdout)[0]["avg_ts"])
+        peer_rows.append({"peer": "llama-bench tg128 (C++)", "quote": bench, "chat": bench})
     else:
         print("llama-bench: no binary (pass --llama-bench PATH); the ceiling ratio is skipped")
+    for row in peer_rows:
+        quote, chat = row["quote"], row["chat"]
+        print(
+            f"{row['peer']:<28}{fmt(quote):>10}{ratio(ours_quote, quote):>11}"  # type: ignore[arg-type]
+            f"{fmt(chat):>10}{ratio(ours_chat, chat):>11}"  # type: ignore[arg-type]
+        )
+    results.write(args.json, "speculative", settings, ours=ours_rows, peers=peer_rows)
 
 
 if __name__ == "__main__":

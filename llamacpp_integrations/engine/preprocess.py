@@ -28,12 +28,14 @@ from .reasoning import ReasoningSpec, forced_end
 from .requests import EmbedJob, ForcedText, PreparedRequest
 from .runner import LoadedModel
 from .sampler import SamplerChain
+from .token_budget import fit_tokens
 from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput, new_request_id
 from .vision import MediaPrompt, VisionProjector
 
 __all__ = ["Preprocessor", "PromptLimits"]
 
 TEMPLATE_CACHE_SIZE = 8
+_RERANK_OVERFLOW = {"taker": "the reranker takes", "hint": "pass truncate=True or shorten them"}
 
 
 @dataclass(frozen=True)
@@ -271,17 +273,13 @@ class Preprocessor:
                 token_lists += windows
                 chunks.append(len(windows))
                 continue
-            if len(tokens) > limit:
-                if not truncate:
-                    raise ContextOverflowError(
-                        f"text {index} has {len(tokens)} tokens; embeddings take at most {limit} "
-                        "(pass truncate=True or raise embedding_n_ctx)",
-                        n_prompt_tokens=len(tokens),
-                        n_ctx=limit,
-                        request_id=request_id,
-                    )
-                tokens = tokens[:limit]
-            token_lists.append(tokens)
+            token_lists.append(
+                fit_tokens(
+                    tokens, limit, truncate=truncate, subject=f"text {index} has",
+                    taker="embeddings take", hint="pass truncate=True or raise embedding_n_ctx",
+                    request_id=request_id,
+                )
+            )  # fmt: skip
         job = self._embed_job(request_id, token_lists, channel, normalize, timeout)
         return replace(job, chunks=chunks) if chunk else job
 
@@ -338,16 +336,15 @@ class Preprocessor:
         for index, document in enumerate(documents):
             body = model.tokenize(document, add_special=False, parse_special=False)
             tokens = head + body + tail
+            room = limit - len(head) - len(tail)
+            # Cut the document, never the query: with no room left for it, refuse.
+            fit_tokens(
+                tokens, limit, truncate=truncate and room > 0,
+                subject=f"query and document {index} make", **_RERANK_OVERFLOW,
+                request_id=request_id,
+            )  # fmt: skip
             if len(tokens) > limit:
-                if not truncate or len(head) + len(tail) >= limit:
-                    raise ContextOverflowError(
-                        f"query and document {index} make {len(tokens)} tokens; the reranker "
-                        f"takes at most {limit} (pass truncate=True or shorten them)",
-                        n_prompt_tokens=len(tokens),
-                        n_ctx=limit,
-                        request_id=request_id,
-                    )
-                tokens = head + body[: limit - len(head) - len(tail)] + tail
+                tokens = head + body[:room] + tail
             token_lists.append(tokens)
         return self._embed_job(request_id, token_lists, channel, False, timeout)
 
@@ -369,17 +366,13 @@ class Preprocessor:
         for index, document in enumerate(documents):
             text = template.replace("{query}", query).replace("{document}", document)
             tokens = self._model.tokenize(text, add_special=False, parse_special=True)
-            if len(tokens) > limit:
-                if not truncate:
-                    raise ContextOverflowError(
-                        f"query and document {index} make {len(tokens)} tokens; the reranker "
-                        f"takes at most {limit} (pass truncate=True or shorten them)",
-                        n_prompt_tokens=len(tokens),
-                        n_ctx=limit,
-                        request_id=request_id,
-                    )
-                tokens = tokens[:limit]
-            token_lists.append(tokens)
+            token_lists.append(
+                fit_tokens(
+                    tokens, limit, truncate=truncate,
+                    subject=f"query and document {index} make", **_RERANK_OVERFLOW,
+                    request_id=request_id,
+                )
+            )  # fmt: skip
         return self._embed_job(request_id, token_lists, channel, False, timeout)
 
     def _embed_job(

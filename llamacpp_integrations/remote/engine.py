@@ -36,7 +36,6 @@ from ..engine.types import (
     ImageInput,
     ModelInfo,
     StreamChunk,
-    new_request_id,
 )
 from ..errors import (
     ChatTemplateError,
@@ -51,6 +50,7 @@ from ..errors import (
 from .builds import check_build
 from .chunks import ChunkReader
 from .collect import acollect, collect
+from .embeddings import RemoteEmbeddings
 from .payload import completion_body
 from .server_info import ServerDescription, describe_server, parse_metrics, stats_from
 from .transport import Transport, error_for_status, parse_event
@@ -58,9 +58,6 @@ from .transport import Transport, error_for_status, parse_event
 __all__ = ["RemoteEngine"]
 
 TEMPLATE_CACHE_SIZE = 8
-# llama-server embeds a text in one physical batch (-ub, 512 unless set): a longer input fails
-# there with a 500, so texts are held to this as well as to the slot's context.
-EMBEDDING_BATCH = 512
 HEALTH_TIMEOUT = 5.0
 
 
@@ -112,8 +109,9 @@ class RemoteEngine:
         self._template: ChatTemplate | None = None
         self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
         self._adds_bos = False
-        self._embedding_limit: int | None = None
-        self._embedding_bos: int | None = None
+        self._embeddings = RemoteEmbeddings(
+            self._emb, self.embeddings_url, allow_untested_build=allow_untested_build
+        )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -177,7 +175,7 @@ class RemoteEngine:
                 desc = describe_server(self.base_url, props, self._gen.get_json("/v1/models"))
                 # Whether the vocabulary adds BOS: then a template's printed BOS is dropped, as
                 # the local engine does, so the prompt does not start with two.
-                self._adds_bos = bool(self._tokenize(self._gen, "", True, False))
+                self._adds_bos = bool(self._gen.tokenize("", add_special=True, parse_special=False))
                 template = desc.info.chat_template
                 if template:
                     self._template = self._compile(template, desc)
@@ -215,19 +213,12 @@ class RemoteEngine:
 
     # ---- tokens and templates ----------------------------------------------------------------
 
-    @staticmethod
-    def _tokenize(
-        transport: Transport, text: str, add_special: bool, parse_special: bool
-    ) -> list[int]:
-        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
-        return [int(t) for t in transport.post_json("/tokenize", body)["tokens"]]
-
     def tokenize(
         self, text: str, *, add_special: bool = False, parse_special: bool = False
     ) -> list[int]:
         """Token ids of ``text`` (the server's ``/tokenize``)."""
         self._server()
-        return self._tokenize(self._gen, text, add_special, parse_special)
+        return self._gen.tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         """The text of ``tokens`` (the server's ``/detokenize``, which always renders control
@@ -316,7 +307,7 @@ class RemoteEngine:
             return request.prompt, images
         if not request.add_bos and self._adds_bos:
             # The server adds BOS to text: send the tokens, without it.
-            return self._tokenize(self._gen, request.prompt, False, True), []
+            return self._gen.tokenize(request.prompt, add_special=False, parse_special=True), []
         return request.prompt, []
 
     def count_prompt_tokens(self, request: PromptRequest) -> int:
@@ -325,7 +316,7 @@ class RemoteEngine:
         prompt, _ = self._prompt(request)
         if isinstance(prompt, list):
             return len(prompt)
-        return len(self._tokenize(self._gen, prompt, True, True))
+        return len(self._gen.tokenize(prompt, add_special=True, parse_special=True))
 
     # ---- generation --------------------------------------------------------------------------
 
@@ -445,46 +436,6 @@ class RemoteEngine:
 
     # ---- embeddings --------------------------------------------------------------------------
 
-    def _embedding_setup(self) -> tuple[int, int]:
-        """The embedding server's per-text token limit and BOS id (read once)."""
-        if self._embedding_limit is None or self._embedding_bos is None:
-            props = self._emb.get_json("/props")
-            check_build(
-                props.get("build_info"),
-                self.embeddings_url,
-                allow_untested=self.allow_untested_build,
-            )
-            n_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx") or 0)
-            bos = self._tokenize(self._emb, str(props.get("bos_token") or ""), False, True)
-            self._embedding_bos = bos[0] if bos else 0
-            self._embedding_limit = min(n_ctx or EMBEDDING_BATCH, EMBEDDING_BATCH)
-        return self._embedding_limit, self._embedding_bos
-
-    def _embedding_tokens(
-        self, texts: Sequence[str], truncate: bool, request_id: str
-    ) -> list[list[int]]:
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-            raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
-        if not texts:
-            raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
-        self._check_open(request_id)
-        limit, bos = self._embedding_setup()
-        token_lists: list[list[int]] = []
-        for index, text in enumerate(texts):
-            tokens = self._tokenize(self._emb, text, True, False) or [bos]
-            if len(tokens) > limit:
-                if not truncate:
-                    raise ContextOverflowError(
-                        f"text {index} has {len(tokens)} tokens; the embeddings server takes at "
-                        f"most {limit} (pass truncate=True, or raise its -c and -ub)",
-                        n_prompt_tokens=len(tokens),
-                        n_ctx=limit,
-                        request_id=request_id,
-                    )
-                tokens = tokens[:limit]
-            token_lists.append(tokens)
-        return token_lists
-
     def embed(
         self,
         texts: Sequence[str],
@@ -498,19 +449,10 @@ class RemoteEngine:
         Texts longer than the server takes raise ``ContextOverflowError`` naming the text,
         unless ``truncate``.
         """
-        request_id = new_request_id()
-        token_lists = self._embedding_tokens(texts, truncate, request_id)
-        return [
-            _vector(
-                self._emb.post_json(
-                    "/embeddings",
-                    _embedding_body(tokens, normalize),
-                    timeout=timeout,
-                    request_id=request_id,
-                )
-            )
-            for tokens in token_lists
-        ]
+        self._check_open()
+        return self._embeddings.embed(
+            texts, normalize=normalize, truncate=truncate, timeout=timeout
+        )
 
     async def aembed(
         self,
@@ -521,18 +463,10 @@ class RemoteEngine:
         timeout: float | None = None,
     ) -> list[list[float]]:
         """Async ``embed`` (tokenizing runs on a thread)."""
-        request_id = new_request_id()
-        token_lists = await asyncio.to_thread(self._embedding_tokens, texts, truncate, request_id)
-        vectors: list[list[float]] = []
-        for tokens in token_lists:
-            row = await self._emb.apost_json(
-                "/embeddings",
-                _embedding_body(tokens, normalize),
-                timeout=timeout,
-                request_id=request_id,
-            )
-            vectors.append(_vector(row))
-        return vectors
+        self._check_open()
+        return await self._embeddings.aembed(
+            texts, normalize=normalize, truncate=truncate, timeout=timeout
+        )
 
 
 def _check_markers(prompt: str, marker: str, n_images: int, request_id: str) -> None:
@@ -561,19 +495,3 @@ def _healthy(response: httpx.Response) -> bool:
         return bool(response.json().get("status") == "ok")
     except (ValueError, AttributeError):
         return False
-
-
-def _embedding_body(tokens: list[int], normalize: bool) -> dict[str, Any]:
-    # One text a request: with this server build the vectors of a several-text request did not
-    # all match their texts (a text's vector differed from the one it gets alone).
-    return {"content": tokens, "embd_normalize": 2 if normalize else -1}
-
-
-def _vector(rows: object) -> list[float]:
-    if not isinstance(rows, list) or len(rows) != 1 or not isinstance(rows[0], Mapping):
-        raise InvalidRequestError("the embeddings server did not answer with one vector")
-    vector = rows[0]["embedding"]
-    # A pooled embedding comes as a list holding one vector.
-    if vector and isinstance(vector[0], list):
-        vector = vector[0]
-    return [float(x) for x in vector]

@@ -353,23 +353,25 @@ class FleetEngine:
     # ---- generation (routed, retried before the first chunk) --------------------------------
 
     def _acquire(self, key: str | None, tried: set[str]) -> str:
-        self._check_open()
-        url = self._router.pick(key, exclude=tried)
+        url = self._pick(key, tried)
         if url is None and not tried:
             self._probe_due()
-            url = self._router.pick(key, exclude=tried)
-        if url is None:
-            raise self._exhausted(tried)
-        self._router.start(url)
-        return url
+            url = self._pick(key, tried)
+        return self._claim(url, tried)
 
     async def _aacquire(self, key: str | None, tried: set[str]) -> str:
-        self._check_open()
-        url = self._router.pick(key, exclude=tried)
+        url = self._pick(key, tried)
         if url is None and not tried:
             for due in self._router.due_probes():
                 self._router.probe_result(due, await _safe_ahealth(self._members[due]))
-            url = self._router.pick(key, exclude=tried)
+            url = self._pick(key, tried)
+        return self._claim(url, tried)
+
+    def _pick(self, key: str | None, tried: set[str]) -> str | None:
+        self._check_open()
+        return self._router.pick(key, exclude=tried)
+
+    def _claim(self, url: str | None, tried: set[str]) -> str:
         if url is None:
             raise self._exhausted(tried)
         self._router.start(url)
@@ -386,7 +388,9 @@ class FleetEngine:
             f"{what}: {states}", url=",".join(self._router.urls), retryable=True
         )
 
-    def _fail(self, url: str, error: ServerUnavailableError, *, delivered: bool) -> None:
+    def _retry_elsewhere(self, url: str, error: ServerUnavailableError, *, delivered: bool) -> bool:
+        """Record ``url``'s failure; True when the request may go to another server (nothing
+        was delivered yet and the error is about this server)."""
         # A server that broke off a stream, or could not take a request another may take, is
         # ejected. An error before any output that no other server would fix either (the API
         # key refused: the same key goes everywhere) ends the request but ejects nobody.
@@ -394,6 +398,7 @@ class FleetEngine:
             self._router.fail(url, str(error))
         else:
             self._router.finish(url)
+        return not delivered and error.retryable
 
     def _finish(self, url: str, usage: Usage | None) -> None:
         if usage is None:
@@ -427,8 +432,7 @@ class FleetEngine:
                     delivered = True
                     yield chunk
             except ServerUnavailableError as error:
-                self._fail(url, error, delivered=delivered)
-                if delivered or not error.retryable:
+                if not self._retry_elsewhere(url, error, delivered=delivered):
                     raise
                 tried.add(url)
                 continue
@@ -454,8 +458,7 @@ class FleetEngine:
                     delivered = True
                     yield chunk
             except ServerUnavailableError as error:
-                self._fail(url, error, delivered=delivered)
-                if delivered or not error.retryable:
+                if not self._retry_elsewhere(url, error, delivered=delivered):
                     raise
                 tried.add(url)
                 continue

@@ -241,6 +241,11 @@ class Transport:
             raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
         return self._checked(response, request_id)
 
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids of ``text`` by the server's ``/tokenize``."""
+        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
+        return [int(t) for t in self.post_json("/tokenize", body)["tokens"]]
+
     # ---- streams ------------------------------------------------------------------------------
 
     @contextmanager
