@@ -12,6 +12,12 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 .PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
 
+# llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
+# (defined up here: prerequisites are expanded when a rule is read).
+LLAMA_SERVER_DIR := .cache/llama-server
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/build/bin/llama-server
+LLAMA_BENCH := $(LLAMA_SERVER_DIR)/build/bin/llama-bench
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -78,7 +84,7 @@ bench-lifecycle: models
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
 # About 45 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
-bench-report: models $(LLAMA_SERVER)
+bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/throughput.py --repeat 2 --json $(RESULTS)/throughput.json
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER) --repeat 2 \
@@ -88,12 +94,13 @@ bench-report: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
+	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
+		--json $(RESULTS)/speculative.json
+	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server, built from the sources vendored in the installed llama-cpp-python's
 # sdist (the same llama.cpp the engine runs), for the side-by-side benchmark only.
-LLAMA_SERVER_DIR := .cache/llama-server
-LLAMA_SERVER := $(LLAMA_SERVER_DIR)/build/bin/llama-server
 
 $(LLAMA_SERVER): | install
 	rm -rf $(LLAMA_SERVER_DIR) && mkdir -p $(LLAMA_SERVER_DIR)/src
@@ -108,8 +115,6 @@ $(LLAMA_SERVER): | install
 llama-server: $(LLAMA_SERVER)
 
 # llama.cpp's llama-bench from the same build: the C++ ceiling the benchmarks print ratios to.
-LLAMA_BENCH := $(LLAMA_SERVER_DIR)/build/bin/llama-bench
-
 $(LLAMA_BENCH): $(LLAMA_SERVER)
 	cmake --build $(LLAMA_SERVER_DIR)/build --target llama-bench -j 2
 

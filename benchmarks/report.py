@@ -433,6 +433,81 @@ def serve_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list
     return [*lines, ""]
 
 
+def speculative_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    lines: list[str] = []
+    document = found.get("speculative")
+    if document is not None:
+        settings = document["settings"]
+        lines += [
+            "## Speculative decoding (n-gram)",
+            "",
+            f"Greedy answers of up to {settings['max_tokens']} tokens ({where(document)}); "
+            "decode tokens/s leaves prompt evaluation out (single stream) or is the aggregate "
+            "(concurrent). (a) quotes a 600-token document (JSON and prose), (b) is free chat, "
+            "(c) mixes both. See [the guide](guides/speculative.md).",
+            "",
+            '| workload | `speculative="ngram"` tok/s | off tok/s | ratio | drafts accepted |',
+            "|---|---:|---:|---:|---:|",
+        ]
+        names = {
+            "quote": "(a) quote, 1 stream",
+            "chat": "(b) chat, 1 stream",
+            "mixed8": "(c) mixed, 8 concurrent",
+            "mixed16": "(c) mixed, 16 concurrent",
+        }
+        for key, row in document["ours"].items():
+            accepted = "n/a" if row["acceptance"] is None else f"{row['acceptance']:.0%}"
+            lines.append(
+                f"| {names.get(key, key)} | {row['ngram']:.1f} | {row['off']:.1f} "
+                f"| {row['ngram'] / row['off']:.2f}x | {accepted} of {row['drafted']} |"
+            )
+        quote = document["ours"]["quote"]
+        headline.append(
+            f"| n-gram speculation, quote workload, 1 stream (vs ours without) "
+            f"| {quote['ngram'] / quote['off']:.2f}x |"
+        )
+        if document["peers"]:
+            lines += [
+                "",
+                "Single stream against the peers (ratio: ours with n-gram speculation / peer):",
+                "",
+                "| peer | (a) quote tok/s | ours / peer | (b) chat tok/s | ours / peer |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            ours = document["peers"][0]
+
+            def cell(value: float | None, mine: float) -> str:
+                return "n/a | n/a" if value is None else f"{value:.1f} | {mine / value:.2f}x"
+
+            for row in document["peers"]:
+                lines.append(
+                    f"| {row['peer']} | {cell(row['quote'], ours['quote'])} "
+                    f"| {cell(row['chat'], ours['chat'])} |"
+                )
+        lines.append("")
+    cache = found.get("prompt_cache")
+    if cache is not None:
+        settings = cache["settings"]
+        lines += [
+            "## Prompt cache on disk",
+            "",
+            f"Time to first token for a {settings['prompt_tokens']}-token prompt "
+            f"({where(cache)}; median of {settings['repeat']}).",
+            "",
+            "| case | ms | vs cold |",
+            "|---|---:|---:|",
+        ]
+        for row in cache["rows"]:
+            lines.append(f"| {row['case']} | {row['ttft_ms']:.0f} | {row['vs_cold']:.2f}x |")
+        restart = cache["rows"][-1]
+        headline.append(
+            f"| prompt cache: time to first token after a restart (vs cold) "
+            f"| {restart['vs_cold']:.2f}x |"
+        )
+        lines.append("")
+    return lines
+
+
 def render() -> str:
     found = load()
     headline: list[str] = []
@@ -443,6 +518,7 @@ def render() -> str:
         *loop_section(found, headline),
         *remote_section(found, headline),
         *serve_section(found, headline),
+        *speculative_section(found, headline),
     ]
     page = [
         "# Benchmarks",

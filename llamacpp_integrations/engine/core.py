@@ -33,9 +33,9 @@ from .embedding_queue import EmbeddingQueue, TimeShare
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .output import OutputProcessor
-from .prompt_disk_cache import PromptDiskCache
 from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
+from .saved_prompts import SavedPrompts
 from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
 from .speculative import SeqSpeculation, SpecStats
 from .types import EngineStats, FinishReason, SlotStats, StreamChunk
@@ -85,14 +85,9 @@ class EngineCore:
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
 
         self.spec_stats = SpecStats()  # drafts verified by every request of this engine
-        self.disk: PromptDiskCache | None = None
+        self.disk: SavedPrompts | None = None
         if config.prompt_cache_dir is not None:
-            self.disk = PromptDiskCache(
-                config.prompt_cache_dir,
-                self._state_identity(),
-                max_bytes=config.prompt_cache_max_bytes,
-                min_tokens=config.prompt_cache_min_tokens,
-            )
+            self.disk = SavedPrompts(model, config, self.scheduler)
 
     @property
     def busy(self) -> bool:
@@ -227,7 +222,7 @@ class EngineCore:
             self.context.remove(seq.slot.seq_id, 0)
             self.scheduler.forget(seq)
         if self.disk is not None and request.media is None:
-            self._restore(seq)
+            self.disk.restore(seq, self.context)
         spec = None
         if self.config.speculative == "ngram" and request.speculative:
             spec = SeqSpeculation(
@@ -252,70 +247,6 @@ class EngineCore:
             request.media.close()
         request.channel.put(error)
 
-    # ---- the prompt cache on disk ---------------------------------------------------------
-
-    def _state_identity(self) -> str:
-        """What a saved state depends on: the weights, and the settings that shape the KV
-        cells (their types, layout, adapters and RoPE)."""
-        model, config = self.model, self.config
-        parts = {
-            "file": str(model.path.name),
-            "size": model.size_bytes,
-            "params": model.n_params,
-            "desc": model.description,
-            "type_k": config.type_k,
-            "type_v": config.type_v,
-            "flash": config.flash_attention_for(model.n_gpu_layers),
-            "lora": [(a.path, a.scale) for a in config.lora_adapters],
-            "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
-        }
-        return repr(sorted(parts.items()))
-
-    def _restore(self, seq: SeqState) -> None:
-        """Restore a saved prompt sharing a longer prefix than the slots offer, if any."""
-        assert self.disk is not None
-        prompt = seq.prompt
-        if len(prompt) <= self.disk.min_tokens:
-            return
-        found = self.disk.find(prompt)
-        if found is None:
-            return
-        n = min(found.n_shared, len(prompt) - 1)  # the last token is always evaluated
-        if n <= seq.n_reused:
-            return
-        state = self.disk.load(found)
-        if state is None:
-            return
-        seq_id = seq.slot.seq_id
-        if not self.context.set_seq_state(seq_id, state):
-            log.warning("prompt cache: llama.cpp refused %s; evaluating instead", found.path.name)
-            self.scheduler.forget(seq)
-            return
-        if not self.context.remove(seq_id, n) or not self._window_kept(seq_id, n):
-            self.context.remove(seq_id, 0)
-            self.scheduler.forget(seq)
-            return
-        self.scheduler.restored(seq, n)
-
-    def _save_prompts(self, seqs: list[SeqState]) -> None:
-        """Save the state of sequences that just read a long prompt not saved yet."""
-        assert self.disk is not None
-        for seq in seqs:
-            prompt = seq.prompt
-            # Only the prompt's cells: the first token is sampled, not decoded yet.
-            if seq.request_id not in self.active or seq.n_past != len(prompt):
-                continue
-            if any(t < 0 for t in prompt) or self.disk.has(prompt):
-                continue
-            self.disk.save(prompt, self.context.seq_state(seq.slot.seq_id))
-
-    def _window_kept(self, seq_id: int, n_reused: int) -> bool:
-        """Sliding-window caches prune old cells: reuse needs the window before the cut."""
-        if self.model.n_swa <= 0:
-            return True
-        pos_min, _ = self.context.pos_range(seq_id)
-        return pos_min <= max(0, n_reused - self.model.n_swa)
-
     def _cut_cache(self, seq: SeqState) -> bool:
         """Keep the reusable prefix of the slot's cells and drop the rest; False if impossible."""
         if seq.n_reused == 0:
@@ -326,12 +257,7 @@ class EngineCore:
             self.context.share_prefix(seq.copy_from.seq_id, seq_id, seq.n_reused)
         elif not self.context.remove(seq_id, seq.n_reused):
             return False
-        if self.model.n_swa > 0:
-            # Sliding-window caches prune old cells: reuse needs the window before the cut.
-            pos_min, _ = self.context.pos_range(seq.slot.seq_id)
-            if pos_min > max(0, seq.n_reused - self.model.n_swa):
-                return False
-        return True
+        return self.context.window_kept(seq_id, seq.n_reused)
 
     # ---- one step -------------------------------------------------------------------------
 
@@ -373,7 +299,9 @@ class EngineCore:
                 self._on_token(active, token, now, entry.logits_index)
         if self.disk is not None and read_prompt:
             # After sampling, so the first token is not held up by the write.
-            self._save_prompts(read_prompt)
+            self.disk.save(
+                [seq for seq in read_prompt if seq.request_id in self.active], self.context
+            )
 
     # ---- speculation ----------------------------------------------------------------------
 

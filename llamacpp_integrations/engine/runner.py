@@ -388,6 +388,14 @@ class GenerationContext:
             int(llama_cpp.llama_memory_seq_pos_max(self._memory, seq_id)),
         )
 
+    def window_kept(self, seq_id: int, n_reused: int) -> bool:
+        """Whether a sequence cut back to ``n_reused`` cells can be continued: a sliding-window
+        cache prunes old cells, and continuing needs the window before the cut."""
+        if self.model.n_swa <= 0:
+            return True
+        pos_min, _ = self.pos_range(seq_id)
+        return pos_min <= max(0, n_reused - self.model.n_swa)
+
     def close(self) -> None:
         if self._ctx:
             llama_cpp.llama_batch_free(self._batch)
