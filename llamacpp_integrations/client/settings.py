@@ -246,6 +246,7 @@ if TYPE_CHECKING:
         embedding_n_ctx: int | None = None
         embedding_n_seq_max: int | None = None
         speculative: Speculative | None = None
+        speculative_draft_model: str | None = None
         speculative_max_draft: int | None = None
         speculative_ngram_size: int | None = None
         speculative_max_batch: int | None = None

@@ -31,7 +31,7 @@ Pooling = Literal["mean", "cls", "last", "rank", "model"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 RopeScaling = Literal["none", "linear", "yarn", "longrope"]
 SplitMode = Literal["none", "layer", "row"]
-Speculative = Literal["ngram"]
+Speculative = Literal["ngram", "draft"]
 
 QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
 """Cache types stored in blocks; llama.cpp needs flash attention for such a V cache."""
@@ -168,11 +168,16 @@ class EngineConfig:
         embedding_n_ctx: Token budget of one embedding batch; also the longest text embedded.
         embedding_n_seq_max: Most texts embedded in one decode.
         speculative: Speculative decoding: ``"ngram"`` drafts each sequence's next tokens by
-            looking its last tokens up in its own prompt and output (prompt lookup), and verifies
-            the drafts inside the shared batched decode; ``None`` (the default) turns it off.
+            looking its last tokens up in its own prompt and output (prompt lookup);
+            ``"draft"`` has a small model with the same vocabulary
+            (``speculative_draft_model``) draft them, greedily. Either way the drafts are
+            verified inside the shared batched decode; ``None`` (the default) turns it off.
             Outputs are the same either way (greedy: the same tokens up to rounding at
             near-ties; sampled: the same distribution); answers that quote their input
             (extraction, RAG, code edits, JSON) come faster.
+        speculative_draft_model: The draft model of ``speculative="draft"``, named as
+            ``model`` is (a path, a known short name or an ``hf://`` spec). Its vocabulary
+            must be the target's (checked when the engine starts: ``ModelLoadError``).
         speculative_max_draft: Most tokens one sequence drafts per step (the draft length
             adapts below this to the sequence's acceptance).
         speculative_ngram_size: Longest n-gram looked up for a draft (down to 2).
@@ -222,6 +227,7 @@ class EngineConfig:
     embedding_n_seq_max: int = 64
 
     speculative: Speculative | None = None
+    speculative_draft_model: str | None = None
     speculative_max_draft: int = 8
     speculative_ngram_size: int = 3
     speculative_max_batch: int = 2
@@ -258,6 +264,15 @@ class EngineConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise InvalidRequestError(f"invalid EngineConfig values: {', '.join(bad)}")
+        if self.speculative == "draft" and not self.speculative_draft_model:
+            raise InvalidRequestError(
+                'speculative="draft" needs a draft model: set speculative_draft_model'
+            )
+        if self.speculative_draft_model is not None and self.speculative != "draft":
+            raise InvalidRequestError(
+                'speculative_draft_model is only used with speculative="draft"; '
+                f"speculative is {self.speculative!r}"
+            )
         if self.flash_attention is False and self.type_v in QUANTIZED_KV_TYPES:
             raise InvalidRequestError(
                 f"type_v={self.type_v!r} (a quantized V cache) needs flash attention in "
@@ -310,7 +325,8 @@ class EngineConfig:
         return self.n_threads or os.cpu_count() or 1
 
     def resolved(self) -> EngineConfig:
-        """The same settings with ``model`` and ``mmproj`` as absolute local paths.
+        """The same settings with ``model``, ``mmproj`` and ``speculative_draft_model`` as
+        absolute local paths.
 
         Downloads ``hf://`` files not cached yet; raises ``InvalidRequestError`` or
         ``ModelLoadError`` for what cannot be found.
@@ -324,7 +340,16 @@ class EngineConfig:
         adapters = tuple(
             replace(a, path=str(resolve_model_path(a.path))) for a in self.lora_adapters
         )
-        return replace(self, model=str(path), mmproj=mmproj, lora_adapters=adapters)
+        draft = self.speculative_draft_model
+        if draft is not None:
+            draft = str(resolve_model_path(draft))
+        return replace(
+            self,
+            model=str(path),
+            mmproj=mmproj,
+            lora_adapters=adapters,
+            speculative_draft_model=draft,
+        )
 
 
 def _lora_adapters(value: object) -> tuple[LoraAdapter, ...]:

@@ -3,9 +3,10 @@
 The worker (``host.py``) calls ``take_inbox`` and ``step`` in turn. ``take_inbox`` admits new
 work to free slots; ``step`` lets the scheduler plan a step, decodes it in one ``llama_decode``,
 samples every sequence that produced logits, and turns tokens into events through each request's
-output processor. A step may also read one image of a prompt into its sequence, after the text
-decode, and embed one batch of texts. Every way a request ends (stop, length, cancel, timeout,
-error, engine closing) goes through ``_finish``, which frees its sequence.
+output processor (a speculating engine drafts before the decode and verifies after it, see
+``speculation_step.py``). A step may also read one image of a prompt into its sequence, after
+the text decode, and embed one batch of texts. Every way a request ends (stop, length, cancel,
+timeout, error, engine closing) goes through ``_finish``, which frees its sequence.
 
 Contexts are made on first use: an engine that only embeds never allocates a generation KV cache,
 and one that only chats never allocates an embedding context.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from pathlib import Path
 
 from ..errors import (
     EngineClosedError,
@@ -26,8 +28,8 @@ from ..errors import (
     RequestTimeoutError,
 )
 from .active import ActiveRequest
-from .batch import BatchEntry
 from .config import EngineConfig
+from .draft_model import DraftModel
 from .embedder import EmbeddingContext
 from .embedding_queue import EmbeddingQueue, TimeShare
 from .inbox import Inbox
@@ -36,8 +38,8 @@ from .output import OutputProcessor
 from .requests import PreparedRequest
 from .runner import DecodeStatus, GenerationContext, LoadedModel
 from .saved_prompts import SavedPrompts
-from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
-from .speculative import SeqSpeculation, SpecStats
+from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
+from .speculation_step import SpeculationStep
 from .types import EngineStats, FinishReason, SlotStats, StreamChunk
 from .vision import VisionProjector
 
@@ -84,10 +86,35 @@ class EngineCore:
         self.steps = 0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
 
-        self.spec_stats = SpecStats()  # drafts verified by every request of this engine
         self.disk: SavedPrompts | None = None
         if config.prompt_cache_dir is not None:
             self.disk = SavedPrompts(model, config, self.scheduler)
+        # Last: the draft model (loaded here, on the worker) is freed by ``shutdown`` only.
+        self.speculation: SpeculationStep | None = None
+        if config.speculative is not None:
+            self.speculation = self._make_speculation()
+
+    def _make_speculation(self) -> SpeculationStep:
+        draft = None
+        if self.config.speculative == "draft":
+            assert self.config.speculative_draft_model is not None
+            draft = DraftModel(
+                Path(self.config.speculative_draft_model),
+                self.model,
+                self.config,
+                n_ctx_per_seq=self._n_ctx_per_seq,
+            )
+        return SpeculationStep(
+            self.config,
+            self.scheduler,
+            n_ctx_per_seq=self._n_ctx_per_seq,
+            context=lambda: self.context,
+            sample=self._next_token,
+            take=self._on_token,
+            finish=self._finish,
+            send=self._send,
+            draft_model=draft,
+        )
 
     @property
     def busy(self) -> bool:
@@ -164,14 +191,15 @@ class EngineCore:
             if self._context is not None:
                 lo, hi = self._context.pos_range(slot.seq_id)
                 cells = 0 if hi < 0 else hi - lo + 1
-            slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), cells))
+            draft = self.speculation.draft_cells(slot.seq_id) if self.speculation else 0
+            slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), cells, draft))
         self.board.latest = EngineStats(
             running=len(self.active),
             waiting=0,
             steps=self.steps,
             slots=tuple(slots),
-            drafted_tokens=self.spec_stats.drafted,
-            accepted_tokens=self.spec_stats.accepted,
+            drafted_tokens=0 if self.speculation is None else self.speculation.stats.drafted,
+            accepted_tokens=0 if self.speculation is None else self.speculation.stats.accepted,
         )
 
     def drop_idle_caches(self) -> None:
@@ -182,6 +210,8 @@ class EngineCore:
             if not slot.busy and slot.cached:
                 self._context.remove(slot.seq_id, 0)
                 slot.cached.clear()
+                if self.speculation is not None:
+                    self.speculation.forget(slot.seq_id)
         self.publish()
 
     # ---- admission ------------------------------------------------------------------------
@@ -223,13 +253,7 @@ class EngineCore:
             self.scheduler.forget(seq)
         if self.disk is not None and request.media is None:
             self.disk.restore(seq, self.context)
-        spec = None
-        if self.config.speculative == "ngram" and request.speculative:
-            spec = SeqSpeculation(
-                request.prompt_tokens,
-                max_draft=self.config.speculative_max_draft,
-                ngram_size=self.config.speculative_ngram_size,
-            )
+        spec = None if self.speculation is None else self.speculation.start(request)
         self.active[request.request_id] = ActiveRequest(
             prepared=request,
             seq=seq,
@@ -262,8 +286,8 @@ class EngineCore:
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
-        if self.config.speculative is not None:
-            self._draft()
+        if self.speculation is not None:
+            self.speculation.draft(self.active)
         plan = self.scheduler.plan()
         if plan.entries:
             self._decode_text(plan)
@@ -292,7 +316,8 @@ class EngineCore:
         now = time.monotonic()
         for seq, entry in plan.entries:
             if entry.logits_all:
-                self._verify(self.active[seq.request_id], seq, entry, now)
+                assert self.speculation is not None
+                self.speculation.verify(self.active[seq.request_id], seq, entry, now)
             elif entry.logits_last:
                 active = self.active[seq.request_id]
                 token = self._next_token(active, entry.logits_index)
@@ -302,68 +327,6 @@ class EngineCore:
             self.disk.save(
                 [seq for seq in read_prompt if seq.request_id in self.active], self.context
             )
-
-    # ---- speculation ----------------------------------------------------------------------
-
-    def _draft(self) -> None:
-        """Give each decoding sequence that speculates its drafts for this step.
-
-        Only while few sequences decode: a batch of many already keeps the CPU busy, and
-        verifying drafts there would cost more than the steps it saves.
-        """
-        decoding = [
-            seq
-            for seq in self.scheduler.running
-            if seq.status is SeqStatus.DECODE and seq.next_token is not None
-        ]
-        if not decoding or len(decoding) > self.config.speculative_max_batch:
-            return
-        for seq in decoding:
-            active = self.active[seq.request_id]
-            if active.spec is None or active.forced:
-                continue
-            # Drafts never go past the request's token limit or the sequence's context.
-            limit = min(
-                active.prepared.max_new_tokens - 1 - len(active.generated),
-                self._n_ctx_per_seq - 1 - seq.n_past,
-            )
-            seq.draft = active.spec.draft(limit) if limit > 0 else []
-
-    def _verify(self, active: ActiveRequest, seq: SeqState, entry: BatchEntry, now: float) -> None:
-        """Sample a speculating sequence position by position, keeping drafts while they
-        equal what its sampler picks (see ``speculative.py``); drop the cells of the rest."""
-        draft = entry.tokens[1:]
-        # Counted as found, before a token that ends the request publishes the stats: a
-        # caller that sees the request gone then sees its drafts too.
-        self.spec_stats.add(len(draft), 0)
-        accepted = 0
-        running = True
-        for i in range(len(draft) + 1):
-            index = entry.first_index + i
-            token = self._next_token(active, index)
-            matched = i < len(draft) and token == draft[i]
-            if matched:
-                self.spec_stats.accepted += 1
-            running = self._on_token(active, token, now, index, send=False)
-            if not running or not matched:
-                break
-            accepted += 1
-        assert active.spec is not None
-        active.spec.verified(len(draft), accepted)
-        if not running:
-            # Ended: its cells (drafts included) still hold exactly the tokens the slot
-            # lists, so they stay valid for prefix reuse.
-            return
-        n_keep = entry.start_pos + 1 + accepted
-        if accepted < len(draft):
-            if not self.context.remove(seq.slot.seq_id, n_keep):
-                self._finish(
-                    active, "error", error=EngineError("could not drop rejected draft cells")
-                )
-                return
-            self.scheduler.rollback(seq, n_keep)
-        if (active.unsent_text or active.unsent_reasoning) and not self._send(active):
-            self._finish(active, "cancelled")
 
     def _decode_image(self, step: ImageStep) -> None:
         """Encode one image and decode its embeddings into its sequence.
@@ -418,7 +381,7 @@ class EngineCore:
         active.generated.append(token)
         active.unsent_ids.append(token)
         if active.spec is not None:
-            active.spec.drafter.push(token)
+            active.spec.push(token)
         if request.logprobs is not None:
             # The raw row is still that of this step's decode: sampling only reads it.
             computer = self._logprobs or self._make_logprob_computer()
@@ -496,6 +459,8 @@ class EngineCore:
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
             self.context.remove(active.seq.slot.seq_id, 0)
+            if self.speculation is not None:
+                self.speculation.forget(active.seq.slot.seq_id)
         active.sampler.close()
         if request.media is not None:
             request.media.close()
@@ -565,3 +530,5 @@ class EngineCore:
             self._embedder.close()
         if self._context is not None:
             self._context.close()
+        if self.speculation is not None:
+            self.speculation.close()

@@ -89,6 +89,8 @@ class Engine:
         config = replace(config or EngineConfig(), **overrides).resolved()
         assert config.model is not None
         gguf = read_gguf_info(config.model)  # refuses bad files before llama.cpp can abort
+        if config.speculative_draft_model is not None:
+            read_gguf_info(config.speculative_draft_model)
         tile = None if config.mmproj is None else _projector_image_side(config.mmproj)
         self.config = config
         pooling = POOLING_TYPES.get(config.embedding_pooling)

@@ -149,6 +149,11 @@ class LoadedModel:
         """The vocabulary entry of a token, special tokens included (``<|im_end|>``)."""
         return self.token_to_piece(token, special=True).decode("utf-8", errors="replace")
 
+    def vocab_texts(self) -> list[bytes]:
+        """Every token's raw vocabulary entry, as stored in the GGUF (by id)."""
+        get = llama_cpp.llama_vocab_get_text
+        return [bytes(get(self._vocab, token) or b"") for token in range(self.n_vocab)]
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 

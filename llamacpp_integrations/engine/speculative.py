@@ -158,18 +158,35 @@ class SpecStats:
 
 
 class SeqSpeculation:
-    """One sequence's speculation: its n-gram drafter, draft length and counters."""
+    """One sequence's speculation: its n-gram drafter (none when a draft model drafts), draft
+    length and counters."""
 
     def __init__(self, prompt: Iterable[int], *, max_draft: int, ngram_size: int) -> None:
-        self.drafter = NgramDrafter(prompt, max_n=ngram_size, min_n=2)
+        self.drafter: NgramDrafter | None = NgramDrafter(prompt, max_n=ngram_size, min_n=2)
         self.length = DraftLength(max_draft)
         self.stats = SpecStats()
 
+    @classmethod
+    def without_ngrams(cls, *, max_draft: int) -> SeqSpeculation:
+        """A sequence whose drafts come from elsewhere (a draft model): length and counters."""
+        spec = cls((), max_draft=max_draft, ngram_size=2)
+        spec.drafter = None
+        return spec
+
+    def push(self, token: int) -> None:
+        """An accepted token of the sequence."""
+        if self.drafter is not None:
+            self.drafter.push(token)
+
+    def budget(self, limit: int) -> int:
+        """How many tokens to draft this step: at most ``limit`` (room left in the context and
+        token budget), fewer when the draft length says so, 0 while paused."""
+        return max(0, min(limit, self.length.next()))
+
     def draft(self, limit: int) -> list[int]:
-        """This step's drafts: at most ``limit`` tokens (room left in the context and token
-        budget), fewer when the draft length says so, none while paused or without a match."""
-        k = min(limit, self.length.next())
-        return self.drafter.draft(k) if k > 0 else []
+        """This step's n-gram drafts: ``budget(limit)`` tokens at most, none without a match."""
+        k = self.budget(limit)
+        return self.drafter.draft(k) if k > 0 and self.drafter is not None else []
 
     def verified(self, drafted: int, accepted: int) -> None:
         """A verify step kept ``accepted`` of its ``drafted`` tokens."""

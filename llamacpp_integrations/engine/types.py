@@ -439,12 +439,15 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class SlotStats:
-    """One sequence slot: whether a request holds it, and what its KV cells cache."""
+    """One sequence slot: whether a request holds it, and what its KV cells cache
+    (``draft_kv_cells``: the cells of its mirror in a draft model's context, see
+    ``EngineConfig.speculative``)."""
 
     seq_id: int
     busy: bool
     cached_tokens: int
     kv_cells: int
+    draft_kv_cells: int = 0
 
 
 @dataclass(frozen=True)

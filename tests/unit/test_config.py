@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llamacpp_integrations.engine import EngineConfig, LoraAdapter
@@ -82,3 +84,25 @@ def test_gpu_split_settings_identify_the_weights() -> None:
     assert served.weights == base.weights
     with pytest.raises(InvalidRequestError, match="tensor_split"):
         EngineConfig(tensor_split=(0.0, 0.0))
+
+
+def test_draft_speculation_needs_a_draft_model_and_only_it_takes_one() -> None:
+    with pytest.raises(InvalidRequestError, match="speculative_draft_model"):
+        EngineConfig(speculative="draft")
+    for mode in (None, "ngram"):
+        with pytest.raises(InvalidRequestError, match='only used with speculative="draft"'):
+            EngineConfig(speculative=mode, speculative_draft_model="draft.gguf")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="speculative must be one of"):
+        EngineConfig(speculative="model")  # type: ignore[arg-type]
+    config = EngineConfig(speculative="draft", speculative_draft_model="draft.gguf")
+    assert hash(config) != hash(EngineConfig(speculative="draft", speculative_draft_model="b"))
+
+
+def test_the_draft_model_is_resolved_as_the_model_is(tmp_path: Path) -> None:
+    model, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    model.write_bytes(b"GGUF")
+    draft.write_bytes(b"GGUF")
+    config = EngineConfig(
+        model=str(model), speculative="draft", speculative_draft_model=str(draft)
+    ).resolved()
+    assert config.speculative_draft_model == str(draft.resolve())

@@ -190,3 +190,15 @@ def test_drafts_only_take_room_other_sequences_do_not_need() -> None:
     sizes = {seq.request_id: len(entry.tokens) for seq, entry in plan.entries}
     assert sizes == {"a": 7, "b": 1}  # b's next token kept its place
     assert sum(sizes.values()) == 8
+
+
+def test_a_sequence_drafted_by_a_model_keeps_only_its_length_and_counters() -> None:
+    spec = SeqSpeculation.without_ngrams(max_draft=3)
+    assert spec.drafter is None
+    spec.push(5)  # nothing to index
+    assert spec.draft(8) == []
+    assert spec.budget(8) == 3  # starts at min(max_draft, 4)
+    assert spec.budget(2) == 2
+    spec.verified(3, 0)
+    assert spec.budget(8) == 1  # one more than were accepted
+    assert (spec.stats.drafted, spec.stats.accepted) == (3, 0)
