@@ -444,7 +444,8 @@ def speculative_section(found: dict[str, dict[str, Any]], headline: list[str]) -
             f"Greedy answers of up to {settings['max_tokens']} tokens ({where(document)}); "
             "decode tokens/s leaves prompt evaluation out (single stream) or is the aggregate "
             "(concurrent). (a) quotes a 600-token document (JSON and prose), (b) is free chat, "
-            "(c) mixes both. See [the guide](guides/speculative.md).",
+            "(c) mixes both, (d) asks (a)'s JSON questions with their schema enforced by a "
+            "grammar. See [the guide](guides/speculative.md).",
             "",
             '| workload | `speculative="ngram"` tok/s | off tok/s | ratio | drafts accepted |',
             "|---|---:|---:|---:|---:|",
@@ -452,6 +453,7 @@ def speculative_section(found: dict[str, dict[str, Any]], headline: list[str]) -
         names = {
             "quote": "(a) quote, 1 stream",
             "chat": "(b) chat, 1 stream",
+            "json": "(d) JSON schema (grammar), 1 stream",
             "mixed8": "(c) mixed, 8 concurrent",
             "mixed16": "(c) mixed, 16 concurrent",
         }

@@ -23,6 +23,7 @@ import argparse
 import http.client
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -38,10 +39,12 @@ from llamacpp_integrations.engine import (
     ChatRequest,
     Engine,
     EngineConfig,
+    EngineStats,
     SamplingParams,
 )
 from llamacpp_integrations.engine.runner import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
+from llamacpp_integrations.tools.structured import constrain
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fixtures.llama_servers import LlamaServerProcess
@@ -84,6 +87,11 @@ QUOTE_QUESTIONS = [
     "List the instruments, quoting the document's description of each.",
     "Return a JSON object with the fields town, distance_km, cable_car_rebuilt and "
     "cable_car_cost, copied from the document.",
+]
+# (d): the JSON questions of (a) with their schema enforced by a grammar (structured output).
+JSON_QUESTIONS = [
+    (QUOTE_QUESTIONS[2], ["name", "founded", "altitude", "director", "budget"]),
+    (QUOTE_QUESTIONS[5], ["town", "distance_km", "cable_car_rebuilt", "cable_car_cost"]),
 ]
 CHAT_QUESTIONS = [
     "Write a short story about a robot who learns to paint.",
@@ -135,11 +143,25 @@ def ours_request(messages: list[dict[str, str]], max_tokens: int) -> ChatRequest
     )
 
 
-def ours_one(engine: Engine, messages: list[dict[str, str]], max_tokens: int) -> Run:
+def json_request(question: str, fields: list[str], max_tokens: int) -> ChatRequest:
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in fields},
+        "required": fields,
+    }
+    return constrain(ours_request(quote_messages(question), max_tokens), schema)
+
+
+def ours_one(
+    engine: Engine,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    request: ChatRequest | None = None,
+) -> Run:
     start = time.perf_counter()
     first = None
     tokens = 0
-    for chunk in engine.stream(ours_request(messages, max_tokens)):
+    for chunk in engine.stream(request or ours_request(messages, max_tokens)):
         if first is None and chunk.token_ids:
             first = time.perf_counter() - start
         tokens += len(chunk.token_ids)
@@ -277,28 +299,41 @@ print(json.dumps(tokens / seconds))
 def engine_for(model: str, speculative: str | None, threads: int) -> Engine:
     return Engine(
         EngineConfig(
-            model=model, n_seq_max=16, n_ctx_per_seq=2048, n_threads=threads,
+            model=model, n_seq_max=16, n_ctx_per_seq=1024, n_threads=threads,
             speculative=speculative,  # type: ignore[arg-type]
+            speculative_grammar=True,  # (d) measures what speculating on grammar answers does
         )
     )  # fmt: skip
 
 
 def measure_ours(
-    model: str, speculative: str | None, threads: int, max_tokens: int
-) -> dict[str, object]:
-    with engine_for(model, speculative, threads) as engine:
-        engine.generate(ours_request(chat_messages("Hi"), 4))
-        out: dict[str, object] = {}
-        for name, questions, make in (
-            ("quote", QUOTE_QUESTIONS, quote_messages),
-            ("chat", CHAT_QUESTIONS, chat_messages),
-        ):
-            before = engine.stats()
-            out[name] = decode_rate([ours_one(engine, make(q), max_tokens) for q in questions])
-            after = engine.stats()
-            drafted = after.drafted_tokens - before.drafted_tokens
-            accepted = after.accepted_tokens - before.accepted_tokens
-            out[name + "_acceptance"] = (accepted / drafted if drafted else None, drafted)
+    model: str, threads: int, max_tokens: int, repeat: int
+) -> tuple[dict[str, object], dict[str, object]]:
+    """Ours with n-gram speculation and without, as ``(ngram, off)`` rates per workload.
+
+    Both engines stay loaded (only one decodes at a time) and take turns request by request,
+    the order flipping each time, so a burst of load from elsewhere on the machine falls on
+    both sides alike instead of on whichever ran in that minute.
+    """
+    with engine_for(model, "ngram", threads) as spec, engine_for(model, None, threads) as plain:
+        engines = {"ngram": spec, "off": plain}
+        for engine in engines.values():
+            engine.generate(ours_request(chat_messages("Hi"), 4))
+        out: dict[str, dict[str, object]] = {"ngram": {}, "off": {}}
+        single: list[tuple[str, list[ChatRequest]]] = [
+            ("quote", [ours_request(quote_messages(q), max_tokens) for q in QUOTE_QUESTIONS]),
+            ("chat", [ours_request(chat_messages(q), max_tokens) for q in CHAT_QUESTIONS]),
+            ("json", [json_request(q, fields, max_tokens) for q, fields in JSON_QUESTIONS]),
+        ]
+        for name, requests in single:
+            runs: dict[str, list[Run]] = {"ngram": [], "off": []}
+            before = spec.stats()
+            for i, request in enumerate(requests * repeat):
+                for mode in ("ngram", "off") if i % 2 == 0 else ("off", "ngram"):
+                    runs[mode].append(ours_one(engines[mode], [], max_tokens, request))
+            for mode in engines:
+                out[mode][name] = decode_rate(runs[mode])
+            out["ngram"][name + "_acceptance"] = acceptance(before, spec.stats())
         for n in (8, 16):
             mixed = [
                 quote_messages(QUOTE_QUESTIONS[i % len(QUOTE_QUESTIONS)])
@@ -306,13 +341,22 @@ def measure_ours(
                 else chat_messages(CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)])
                 for i in range(n)
             ]
-            before = engine.stats()
-            out[f"mixed{n}"] = aggregate_rate(ours_batch(engine, mixed, max_tokens))
-            after = engine.stats()
-            drafted = after.drafted_tokens - before.drafted_tokens
-            accepted = after.accepted_tokens - before.accepted_tokens
-            out[f"mixed{n}_acceptance"] = (accepted / drafted if drafted else None, drafted)
-        return out
+            rates: dict[str, list[float]] = {"ngram": [], "off": []}
+            before = spec.stats()
+            for i in range(repeat):
+                for mode in ("ngram", "off") if i % 2 == 0 else ("off", "ngram"):
+                    rates[mode].append(aggregate_rate(ours_batch(engines[mode], mixed, max_tokens)))
+            for mode in engines:
+                out[mode][f"mixed{n}"] = statistics.median(rates[mode])
+            out["ngram"][f"mixed{n}_acceptance"] = acceptance(before, spec.stats())
+        return out["ngram"], out["off"]
+
+
+def acceptance(before: EngineStats, after: EngineStats) -> tuple[float | None, int]:
+    """Share of drafted tokens accepted between two stats readings, and how many were drafted."""
+    drafted = after.drafted_tokens - before.drafted_tokens
+    accepted = after.accepted_tokens - before.accepted_tokens
+    return (accepted / drafted if drafted else None, drafted)
 
 
 def fmt(value: float | None) -> str:
@@ -332,17 +376,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--llama-bench", default=None, help="a llama-bench binary, if built")
     parser.add_argument("--no-peers", action="store_true", help="ours only")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--repeat", type=int, default=2, help="passes over each workload")
     args = parser.parse_args(argv)
     model = str(resolve_model_path(args.model))
     print(f"model {os.path.basename(model)}, {args.threads} threads, max {args.max_tokens} tokens")
 
-    spec = measure_ours(model, "ngram", args.threads, args.max_tokens)
-    plain = measure_ours(model, None, args.threads, args.max_tokens)
+    spec, plain = measure_ours(model, args.threads, args.max_tokens, args.repeat)
     print("\nOurs, generation tokens/s (single stream: decode rate; concurrent: aggregate)")
     print(f"{'workload':<22}{'ngram':>9}{'off':>9}{'ratio':>8}   acceptance (drafted)")
     for key, label in (
         ("quote", "(a) quote, 1 stream"),
         ("chat", "(b) chat, 1 stream"),
+        ("json", "(d) JSON schema, 1 st."),
         ("mixed8", "(c) mixed, 8 conc."),
         ("mixed16", "(c) mixed, 16 conc."),
     ):
@@ -361,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "acceptance": spec[key + "_acceptance"][0],  # type: ignore[index]
             "drafted": spec[key + "_acceptance"][1],  # type: ignore[index]
         }
-        for key in ("quote", "chat", "mixed8", "mixed16")
+        for key in ("quote", "chat", "json", "mixed8", "mixed16")
     }
     if args.no_peers:
         results.write(args.json, "speculative", settings, ours=ours_rows, peers=[])

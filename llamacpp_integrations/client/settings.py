@@ -250,6 +250,7 @@ if TYPE_CHECKING:
         speculative_max_draft: int | None = None
         speculative_ngram_size: int | None = None
         speculative_max_batch: int | None = None
+        speculative_grammar: bool | None = None
         prompt_cache_dir: str | None = None
         prompt_cache_max_bytes: int | None = None
         prompt_cache_min_tokens: int | None = None

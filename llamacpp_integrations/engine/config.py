@@ -183,6 +183,11 @@ class EngineConfig:
         speculative_ngram_size: Longest n-gram looked up for a draft (down to 2).
         speculative_max_batch: Speculate only while at most this many sequences are
             decoding: a fuller batch already keeps the CPU busy, and drafts would only slow it.
+        speculative_grammar: Speculate on answers a grammar constrains from the first token
+            (structured output, ``grammar=``) too. Off by default: drafts copied from the
+            prompt rarely fit the grammar's punctuation, and such answers came slower with
+            speculation than without (``make bench-spec``). Lazy grammars (tool calls) always
+            speculate on the free text before their trigger.
         prompt_cache_dir: A directory where the KV state of long prompts is saved, so that a
             prompt sharing a long prefix with a saved one (a system prompt, tool block or
             document), in this process or after a restart, restores it instead of evaluating it.
@@ -231,6 +236,7 @@ class EngineConfig:
     speculative_max_draft: int = 8
     speculative_ngram_size: int = 3
     speculative_max_batch: int = 2
+    speculative_grammar: bool = False
     prompt_cache_dir: str | None = None
     prompt_cache_max_bytes: int = 2 * 1024**3
     prompt_cache_min_tokens: int = 256

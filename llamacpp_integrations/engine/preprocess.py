@@ -230,6 +230,7 @@ class Preprocessor:
             special=request.special or (spec is not None and spec.format.family == "gpt-oss"),
             logprobs=request.logprobs,
             speculative=request.sampling.allow_speculation,
+            constrained=request.grammar is not None and not request.grammar_triggers,
             reasoning=spec,
             budget=self._budget(spec),
             submitted_at=now,

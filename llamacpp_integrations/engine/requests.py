@@ -32,6 +32,7 @@ class PreparedRequest:
     special: bool
     logprobs: int | None = None
     speculative: bool = True  # the request lets the engine speculate (if it is configured to)
+    constrained: bool = False  # a grammar constrains the whole answer (not a lazy one)
     reasoning: ReasoningSpec | None = None
     budget: ForcedText | None = None
     submitted_at: float

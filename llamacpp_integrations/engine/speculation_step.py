@@ -89,8 +89,11 @@ class SpeculationStep:
 
     def start(self, request: PreparedRequest) -> SeqSpeculation | None:
         """The speculation state of a newly admitted request, or None when it does not
-        speculate (opted out; in ``"draft"`` mode also a prompt with images)."""
+        speculate (opted out; a grammar-constrained answer unless ``speculative_grammar``; in
+        ``"draft"`` mode also a prompt with images)."""
         if not request.speculative:
+            return None
+        if request.constrained and not self.config.speculative_grammar:
             return None
         if self.draft_model is not None:
             if request.media is not None:

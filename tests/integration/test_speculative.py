@@ -14,6 +14,7 @@ cell would diverge at once, at no tie.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,7 @@ def _config(smollm_path: Path, speculative: str | None) -> EngineConfig:
         n_seq_max=2,
         n_ctx_per_seq=1024,
         speculative=speculative,  # type: ignore[arg-type]
+        speculative_grammar=True,  # the grammar prompts are checked speculating too
     )
 
 
@@ -163,3 +165,13 @@ def test_a_request_can_opt_out(engines: tuple[Engine, Engine]) -> None:
     )
     after = spec.stats()
     assert after.drafted_tokens == before, (before, after)
+
+
+def test_grammar_constrained_answers_do_not_speculate_by_default(smollm_path: Path) -> None:
+    """Without ``speculative_grammar`` a grammar answer drafts nothing; a free one does."""
+    config = replace(_config(smollm_path, "ngram"), speculative_grammar=False)
+    with Engine(config) as engine:
+        engine.generate(_request(GRAMMAR_PROMPTS[0], grammar=RECORD))
+        assert engine.stats().drafted_tokens == 0
+        engine.generate(_request(QUOTES[0]))
+        assert engine.stats().drafted_tokens > 0

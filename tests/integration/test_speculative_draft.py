@@ -60,6 +60,7 @@ def _config(smollm_path: Path, draft: Path | None, n_batch: int = 512) -> Engine
         speculative=None if draft is None else "draft",
         speculative_draft_model=None if draft is None else str(draft),
         speculative_max_batch=N_SEQ,  # draft for every running sequence, to test them together
+        speculative_grammar=True,  # grammar answers are checked speculating too
     )
 
 
