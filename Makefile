@@ -150,8 +150,10 @@ record-cassettes: models $(LLAMA_SERVER)
 # encoder, then SmolLM2 (about 15 minutes on 2 cores; pass TEXTS=200 for a quick look).
 TEXTS ?= 2000
 bench-embeddings: models $(LLAMA_SERVER) $(LLAMA_BENCH)
-	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --encoder --texts $(TEXTS)
-	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --texts $(TEXTS)
+	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
+		--encoder --texts $(TEXTS) --json $(RESULTS)/embedding_corpus_encoder.json
+	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
+		--texts $(TEXTS) --json $(RESULTS)/embedding_corpus.json
 
 # Speculative decoding against the peers, and the prompt cache's time to first token.
 # llama-bench gives the C++ single-stream ceiling.

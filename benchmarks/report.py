@@ -237,6 +237,55 @@ def embeddings_section(found: dict[str, dict[str, Any]], headline: list[str]) ->
     return lines
 
 
+def embedding_corpus_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    runs = [found[k] for k in ("embedding_corpus", "embedding_corpus_encoder") if k in found]
+    if not runs:
+        return []
+    lines = [
+        "## Indexing a corpus",
+        "",
+        "Mixed-length texts embedded by `Engine.embed` in one call, against `llama-server "
+        "--embeddings` (4 slots, requests of 32 texts from 4 client threads) and llama.cpp's "
+        "prompt-processing ceiling; `make bench-embeddings`.",
+        "",
+        "| model | texts | tokens | ours texts/s | ours tokens/s | llama-server tokens/s "
+        "| ceiling tokens/s | ours / llama-server | ours / ceiling | chat while embedding / alone "
+        "|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for document in runs:
+        settings = document["settings"]
+        ceiling = document.get("ceiling_tps")
+        chat = (
+            f"{document['chat_during_tps'] / document['chat_alone_tps']:.2f}x"
+            if "chat_alone_tps" in document
+            else "n/a"
+        )
+        ours, server = document["ours_tps"], document["server_tps"]
+        lines.append(
+            f"| {_model_file(settings['model'])} | {settings['texts']} | {settings['tokens']} "
+            f"| {document['ours_texts_per_s']:.1f} | {ours:.0f} | {server:.0f} "
+            f"| {f'{ceiling:.0f}' if ceiling else 'n/a'} | {ours / server:.2f}x "
+            f"| {f'{ours / ceiling:.2f}x' if ceiling else 'n/a'} | {chat} |"
+        )
+    lines.append("")
+    for document in runs:
+        settings = document["settings"]
+        lines.append(
+            f"- {_model_file(settings['model'])}: {where(document)}; ceiling: "
+            f"{document.get('ceiling', 'none')}; 1-minute load "
+            f"{settings.get('load_1min_before', '?')} before, "
+            f"{settings.get('load_1min_after', '?')} after."
+        )
+    main = found.get("embedding_corpus")
+    if main is not None:
+        headline.append(
+            f"| corpus embedding tokens/s vs llama-server --embeddings | "
+            f"{main['ours_tps'] / main['server_tps']:.2f}x |"
+        )
+    return [*lines, ""]
+
+
 def images_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
     document = found.get("images")
     if document is None:
@@ -516,6 +565,7 @@ def render() -> str:
     body = [
         *throughput_section(found, headline),
         *embeddings_section(found, headline),
+        *embedding_corpus_section(found, headline),
         *images_section(found, headline),
         *loop_section(found, headline),
         *remote_section(found, headline),

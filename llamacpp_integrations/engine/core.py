@@ -495,11 +495,11 @@ class EngineCore:
     def _embed_step(self) -> None:
         """Embed one batch: texts from the oldest jobs, as many as fit one decode."""
         embedder = self._embedder or self._make_embedder()
-        # While chats run, every embedding decode sits between two of their steps: keep it to
-        # one generation micro-batch of tokens so a large corpus cannot stall their streams.
-        budget = embedder.n_ctx
-        if self.scheduler.running:
-            budget = min(budget, self.config.n_batch)
+        # Packed to one micro-batch of tokens (n_batch), not the whole context: every token
+        # attends over all the cells of its decode, so on SmolLM2 512- and 1024-token decodes
+        # index a corpus 9-13% faster than 2048-token ones, and a chat that arrives while one
+        # runs waits for a quarter of the time. A longer text still goes, alone.
+        budget = min(embedder.n_ctx, self.config.n_batch)
         self.embeds.step(embedder.embed, max_tokens=budget, max_texts=embedder.n_seq_max)
 
     def _make_embedder(self) -> EmbeddingContext:

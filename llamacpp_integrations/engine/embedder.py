@@ -44,6 +44,12 @@ class EmbeddingContext:
         n_threads: int,
         tuning: EngineConfig | None = None,
     ) -> None:
+        # Short texts fill a decode only with many sequences. llama.cpp tracks at most 256 and
+        # sizes its worst-case graph as n_seq_max equal shares of the micro-batch, so the
+        # context is rounded up to a multiple of the sequence count (else that graph overflows
+        # the KV buffer and llama.cpp aborts).
+        n_seq_max = max(1, min(n_seq_max, n_ctx, int(llama_cpp.llama_max_parallel_sequences())))
+        n_ctx = -(-n_ctx // n_seq_max) * n_seq_max
         params = llama_cpp.llama_context_default_params()
         # RoPE and LoRA shape the vectors as they shape generation; the cache types stay f16
         # (an embedding context keeps nothing between decodes).

@@ -1,8 +1,9 @@
 """Embedding jobs waiting on the worker, cut into batches that fit one embedding decode.
 
-Jobs are served oldest first; a batch takes texts from as many jobs as fit the context's token
-budget and sequence count, so a big job does not starve small ones for more than one decode,
-and a job's vectors are delivered together once its last text is embedded. Pure bookkeeping: the
+Jobs are served oldest first; a batch is packed by token count (``embedding_packing``) from as
+many jobs as fit the context's token budget and sequence count, so a big job does not starve
+small ones for more than one decode, and a job's vectors are delivered together, in the order of
+its texts, once its last text is embedded. Pure bookkeeping: the
 decode itself is the ``embed`` function the caller passes.
 """
 
@@ -10,27 +11,27 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
+from .embedding_packing import PendingTexts
 from .requests import EmbedJob
 
-__all__ = ["EmbeddingQueue", "TimeShare"]
+__all__ = ["EmbedFn", "EmbeddingQueue", "TimeShare"]
 
 EmbedFn = Callable[[list[Sequence[int]]], list[npt.NDArray[np.float32]]]
 
 
-@dataclass
 class _Progress:
-    job: EmbedJob
-    vectors: list[list[float]] = field(default_factory=list)
+    """One job: the vectors so far, by text index, and the texts still to embed."""
 
-    @property
-    def remaining(self) -> int:
-        return len(self.job.token_lists) - len(self.vectors)
+    def __init__(self, job: EmbedJob) -> None:
+        self.job = job
+        self.vectors: list[list[float] | None] = [None] * len(job.token_lists)
+        self.pending = PendingTexts([len(tokens) for tokens in job.token_lists])
+        self.remaining = len(job.token_lists)
 
 
 class EmbeddingQueue:
@@ -47,36 +48,37 @@ class EmbeddingQueue:
 
     def step(self, embed: EmbedFn, *, max_tokens: int, max_texts: int) -> None:
         """Embed one batch of texts from the oldest jobs; deliver the jobs it completes."""
-        picked: list[tuple[_Progress, int]] = []
-        budget = max_tokens
-        for progress in self._jobs:
-            for index in range(len(progress.vectors), len(progress.job.token_lists)):
-                n = len(progress.job.token_lists[index])
-                # The first text always goes: the budget may have been cut below the longest
-                # text (to leave room for chats), and every text fits the context itself.
-                if len(picked) == max_texts or (n > budget and picked):
-                    break
-                picked.append((progress, index))
-                budget -= n
-            else:
-                continue
-            break
-        by_job: dict[int, tuple[_Progress, int]] = {}
-        for progress, _ in picked:
-            _, count = by_job.get(id(progress), (progress, 0))
-            by_job[id(progress)] = (progress, count + 1)
+        picked = self._pick(max_tokens, max_texts)
         try:
-            vectors = iter(embed([p.job.token_lists[i] for p, i in picked]))
+            vectors = embed([p.job.token_lists[i] for p, i in picked])
         except EngineError as error:
-            for progress, _ in by_job.values():
+            for progress in {id(p): p for p, _ in picked}.values():
                 self._end(progress, EngineError(str(error)))
             return
-        for progress, count in by_job.values():
-            for _ in range(count):
-                progress.vectors.append(as_floats(next(vectors), progress.job.normalize))
+        for (progress, index), vector in zip(picked, vectors, strict=True):
+            progress.vectors[index] = as_floats(vector, progress.job.normalize)
+            progress.remaining -= 1
             if progress.remaining == 0:
                 self._jobs.remove(progress)
                 progress.job.channel.put(_joined(progress))
+
+    def _pick(self, max_tokens: int, max_texts: int) -> list[tuple[_Progress, int]]:
+        """Texts for one decode: the oldest job packs first, younger ones fill what it leaves,
+        so a big job cannot starve later callers for more than one decode."""
+        picked: list[tuple[_Progress, int]] = []
+        budget = max_tokens
+        for progress in self._jobs:
+            if len(picked) == max_texts or budget <= 0:
+                break
+            taken = progress.pending.take(budget, max_texts - len(picked))
+            budget -= sum(len(progress.job.token_lists[i]) for i in taken)
+            picked.extend((progress, i) for i in taken)
+        if not picked:
+            # The budget may have been cut below every text (to leave room for chats), and
+            # every text fits the context itself: the oldest job's shortest goes alone.
+            oldest = self._jobs[0]
+            picked.append((oldest, oldest.pending.take_shortest()))
+        return picked
 
     def cancel(self, request_id: str, error: LlamaCppIntegrationError) -> bool:
         """End the job ``request_id`` with ``error``; False if it is not here."""
@@ -114,12 +116,13 @@ def as_floats(vector: npt.NDArray[np.float32], normalize: bool) -> list[float]:
 def _joined(progress: _Progress) -> list[list[float]]:
     """One vector per text: each text's chunks averaged, weighted by their token counts."""
     job = progress.job
+    vectors = [v for v in progress.vectors if v is not None]
     if job.chunks is None:
-        return progress.vectors
+        return vectors
     out: list[list[float]] = []
     start = 0
     for count in job.chunks:
-        parts = np.asarray(progress.vectors[start : start + count], dtype=np.float64)
+        parts = np.asarray(vectors[start : start + count], dtype=np.float64)
         weights = np.asarray(
             [len(job.token_lists[i]) for i in range(start, start + count)], dtype=np.float64
         )

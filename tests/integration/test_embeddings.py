@@ -7,6 +7,7 @@ import gc
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from llamacpp_integrations.engine import (
@@ -123,3 +124,15 @@ def test_registry_shares_one_engine_and_one_copy_of_the_weights(smollm_path: Pat
     del chat_side, embed_side
     gc.collect()
     assert all(e.config.n_ctx_per_seq != 512 or e.config.n_seq_max != 2 for e in live_engines())
+
+
+def test_any_context_size_packs_many_short_texts(smollm_path: Path) -> None:
+    # 100 is no multiple of the 128 sequences a decode may hold: the context is rounded up
+    config = EngineConfig(model=str(smollm_path), n_seq_max=1, embedding_n_ctx=100)
+    with Engine(config) as engine:
+        texts = [f"word {i}" for i in range(300)]
+        vectors = engine.embed(texts)
+        assert len(vectors) == 300
+        alone = np.asarray(engine.embed([texts[7]])[0])
+        packed = np.asarray(vectors[7])  # batched kernels round differently
+        assert float(alone @ packed) / float(np.linalg.norm(alone) * np.linalg.norm(packed)) > 0.99
