@@ -97,25 +97,49 @@ def llama_bench_pp(binary: str, model: str, threads: int, encoder: bool) -> floa
         return None
 
 
-def chat_rate(engine: Engine) -> float:
+def chat_rate(engine: Engine) -> tuple[float, float]:
+    """One 64-token chat: tokens over its whole time (from the call, so waiting for a decode
+    in flight counts), and its decode rate (tokens after the first over first to last)."""
     request = ChatRequest(
         messages=[ChatMessage(role="user", content="Tell me about rivers.")],
         max_tokens=64,
         ignore_eos=True,
     )
     start = time.perf_counter()
-    done = engine.generate(request)
-    return done.usage.completion_tokens / (time.perf_counter() - start)
+    first = last = None
+    tokens = 0
+    for chunk in engine.stream(request):
+        if chunk.token_ids:
+            last = time.perf_counter()
+            first = first or last
+            tokens += len(chunk.token_ids)
+    assert first is not None and last is not None
+    return tokens / (time.perf_counter() - start), (tokens - 1) / max(1e-9, last - first)
 
 
 def chat_while_embedding(engine: Engine, texts: list[str]) -> dict[str, float]:
-    alone = max(chat_rate(engine) for _ in range(2))
+    alone = [chat_rate(engine) for _ in range(2)]
     worker = threading.Thread(target=engine.embed, args=(texts,), kwargs={"truncate": True})
     worker.start()
     time.sleep(0.5)  # the corpus job is in the queue and decoding
-    during = [chat_rate(engine) for _ in range(2) if worker.is_alive()]
+    during = [chat_rate(engine) for _ in range(3) if worker.is_alive()]
     worker.join()
-    return {"chat_alone_tps": alone, "chat_during_tps": min(during) if during else float("nan")}
+    nan = float("nan")
+    return {
+        "chat_alone_tps": max(r[0] for r in alone),
+        "chat_during_tps": min((r[0] for r in during), default=nan),
+        "chat_alone_decode_tps": max(r[1] for r in alone),
+        "chat_during_decode_tps": min((r[1] for r in during), default=nan),
+    }
+
+
+def print_chat(row: dict[str, float]) -> None:
+    for label, key in (("whole request", "tps"), ("decode rate", "decode_tps")):
+        during, alone = row[f"chat_during_{key}"], row[f"chat_alone_{key}"]
+        print(
+            f"chat while embedding / chat alone, {label}: {during:.1f} / {alone:.1f} tokens/s"
+            f" = {during / alone:.2f}x"
+        )
 
 
 def start_server(binary: str, model: str, threads: int, pooling: str | None) -> LlamaServerProcess:
@@ -173,6 +197,9 @@ def main() -> None:
     parser.add_argument("--server", default=".cache/llama-server/build/bin/llama-server")
     parser.add_argument("--llama-bench", default=None, help="a llama-bench binary, if built")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--chat-only", action="store_true", help="only chat speed while the corpus is embedded"
+    )
     args = parser.parse_args()
     threads = os.cpu_count() or 1
     load_before = os.getloadavg()[0]
@@ -185,6 +212,10 @@ def main() -> None:
     # The tiny encoder spells most of these words letter by letter and knows 128 positions.
     texts = corpus(args.texts, 20 if args.encoder else 360)
     row: dict[str, Any] = {}
+    if args.chat_only:
+        with Engine(model=model, n_threads=threads) as engine:
+            print_chat(chat_while_embedding(engine, texts))
+        return
     with Engine(model=model, n_threads=threads) as engine:
         limit = min(engine.config.embedding_n_ctx, engine.info.n_ctx_train)
         n_tokens = sum(min(len(engine.tokenize(t, add_special=True)), limit) for t in texts)
@@ -232,11 +263,7 @@ def main() -> None:
     else:
         print(f"ours / ceiling: n/a ({row.get('ceiling', 'no ceiling for this model')})")
     if "chat_alone_tps" in row:
-        print(
-            f"chat while embedding / chat alone: {row['chat_during_tps']:.1f} / "
-            f"{row['chat_alone_tps']:.1f} tokens/s = "
-            f"{row['chat_during_tps'] / row['chat_alone_tps']:.2f}x"
-        )
+        print_chat(row)
     row["ours_tps"], row["server_tps"] = ours_tps, server_tps
     row["ours_texts_per_s"] = len(texts) / mine["wall_s"]
     row["server_texts_per_s"] = len(texts) / theirs["wall_s"]

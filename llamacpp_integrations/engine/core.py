@@ -47,6 +47,10 @@ __all__ = ["EngineCore", "StatsBoard"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
+# Tokens of one embedding decode while chats run: about a fifth of a second on a small model
+# and 2 CPU cores, a few generation steps' worth.
+EMBED_TOKENS_WHILE_CHATTING = 64
+
 
 class StatsBoard:
     """Where the worker publishes an engine's latest ``EngineStats`` for callers to read."""
@@ -178,7 +182,7 @@ class EngineCore:
             self._share.chat(time.perf_counter() - start)
         if self.embeds and self._share.embedding_may_run(chatting):
             start = time.perf_counter()
-            self._embed_step()
+            self._embed_step(chatting)
             self._share.embedded(time.perf_counter() - start)
         if not (self.scheduler.running and self.embeds):
             self._share.reset()  # credit only counts while both kinds of work wait
@@ -492,14 +496,17 @@ class EngineCore:
 
     # ---- embeddings -----------------------------------------------------------------------
 
-    def _embed_step(self) -> None:
+    def _embed_step(self, chatting: bool) -> None:
         """Embed one batch: texts from the oldest jobs, as many as fit one decode."""
         embedder = self._embedder or self._make_embedder()
         # Packed to one micro-batch of tokens (n_batch), not the whole context: every token
         # attends over all the cells of its decode, so on SmolLM2 512- and 1024-token decodes
         # index a corpus 9-13% faster than 2048-token ones, and a chat that arrives while one
-        # runs waits for a quarter of the time. A longer text still goes, alone.
+        # runs waits for a quarter of the time. While chats run, decodes are smaller still, so
+        # a stream never waits long between its tokens. A longer text still goes, alone.
         budget = min(embedder.n_ctx, self.config.n_batch)
+        if chatting:
+            budget = min(budget, EMBED_TOKENS_WHILE_CHATTING)
         self.embeds.step(embedder.embed, max_tokens=budget, max_texts=embedder.n_seq_max)
 
     def _make_embedder(self) -> EmbeddingContext:

@@ -133,16 +133,20 @@ def _joined(progress: _Progress) -> list[list[float]]:
 
 
 class TimeShare:
-    """Splits the worker's time evenly between chat steps and embedding decodes while both wait.
+    """Gives embedding decodes at most a share of the worker's time while chats wait too.
 
-    An embedding decode of a few hundred tokens takes far longer than one generation step, so
-    alternating one of each would leave chats a small fraction of the time. Instead an
-    embedding decode runs only while embedding has used no more time than chats since both
-    started waiting: streams then keep at least about half their speed, and the corpus still
-    goes in large, efficient decodes.
+    An embedding decode takes far longer than one generation step, so alternating one of each
+    would leave chats a small fraction of the time. Instead an embedding decode runs only while
+    embedding has used no more than ``embedding_share`` of the time spent since both started
+    waiting (a third by default): streams keep about two thirds of their speed, and the corpus
+    goes on in the remaining third.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, embedding_share: float = 1 / 3) -> None:
+        if not 0.0 < embedding_share < 1.0:
+            raise ValueError("embedding_share must be between 0 and 1")
+        # Embedding may run while embed_s <= ratio * chat_s, i.e. share = ratio / (1 + ratio).
+        self._ratio = embedding_share / (1.0 - embedding_share)
         self._chat_s = 0.0
         self._embed_s = 0.0
 
@@ -153,7 +157,7 @@ class TimeShare:
         self._embed_s += seconds
 
     def embedding_may_run(self, chatting: bool) -> bool:
-        return not chatting or self._embed_s <= self._chat_s
+        return not chatting or self._embed_s <= self._ratio * self._chat_s
 
     def reset(self) -> None:
         self._chat_s = self._embed_s = 0.0

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from llamacpp_integrations.client.embedding_prefixes import Prefixes, prefixes_for
 from llamacpp_integrations.engine.channel import EventChannel
@@ -145,7 +146,7 @@ def test_chunks_are_averaged_by_their_tokens() -> None:
     assert got == [[0.75, 1.0], [2.0, 2.0]]
 
 
-def test_time_share_halves_the_worker_between_chats_and_embeddings() -> None:
+def test_time_share_gives_embeddings_a_third_of_the_worker_while_chats_run() -> None:
     from llamacpp_integrations.engine.embedding_queue import TimeShare
 
     share = TimeShare()
@@ -155,8 +156,23 @@ def test_time_share_halves_the_worker_between_chats_and_embeddings() -> None:
     share.embedded(1.0)  # one long embedding decode...
     runs = 0
     while not share.embedding_may_run(chatting=True):
-        share.chat(0.05)  # ...is followed by chat steps worth as much time
+        share.chat(0.05)  # ...is followed by chat steps worth twice as much time
         runs += 1
-    assert runs == 19
+    assert runs == 39
     share.reset()
     assert share.embedding_may_run(chatting=True)
+
+
+def test_time_share_takes_the_share_asked_for() -> None:
+    from llamacpp_integrations.engine.embedding_queue import TimeShare
+
+    share = TimeShare(embedding_share=0.5)
+    share.chat(0.05)
+    share.embedded(1.0)
+    runs = 0
+    while not share.embedding_may_run(chatting=True):
+        share.chat(0.05)
+        runs += 1
+    assert runs == 19
+    with pytest.raises(ValueError):
+        TimeShare(embedding_share=1.0)
