@@ -507,10 +507,14 @@ def speculative_section(found: dict[str, dict[str, Any]], headline: list[str]) -
             "mixed16": "(c) mixed, 16 concurrent",
         }
         for key, row in document["ours"].items():
-            accepted = "n/a" if row["acceptance"] is None else f"{row['acceptance']:.0%}"
+            accepted = (
+                "none drafted"
+                if row["acceptance"] is None
+                else f"{row['acceptance']:.0%} of {row['drafted']}"
+            )
             lines.append(
                 f"| {names.get(key, key)} | {row['ngram']:.1f} | {row['off']:.1f} "
-                f"| {row['ngram'] / row['off']:.2f}x | {accepted} of {row['drafted']} |"
+                f"| {row['ngram'] / row['off']:.2f}x | {accepted} |"
             )
         quote = document["ours"]["quote"]
         headline.append(
