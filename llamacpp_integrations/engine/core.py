@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from pathlib import Path
 
 from ..errors import (
     EngineClosedError,
@@ -71,9 +70,11 @@ class EngineCore:
         n_ctx_per_seq: int,
         embedding_pooling: int,
         vision: VisionProjector | None = None,
+        draft_weights: LoadedModel | None = None,
     ) -> None:
         self.model = model
         self.vision = vision
+        self.draft_weights = draft_weights
         self.config = config
         self.inbox = inbox
         self.board = StatsBoard()
@@ -93,7 +94,7 @@ class EngineCore:
         self.disk: SavedPrompts | None = None
         if config.prompt_cache_dir is not None:
             self.disk = SavedPrompts(model, config, self.scheduler)
-        # Last: the draft model (loaded here, on the worker) is freed by ``shutdown`` only.
+        # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
         if config.speculative is not None:
             self.speculation = self._make_speculation()
@@ -101,9 +102,9 @@ class EngineCore:
     def _make_speculation(self) -> SpeculationStep:
         draft = None
         if self.config.speculative == "draft":
-            assert self.config.speculative_draft_model is not None
+            assert self.draft_weights is not None
             draft = DraftModel(
-                Path(self.config.speculative_draft_model),
+                self.draft_weights,
                 self.model,
                 self.config,
                 n_ctx_per_seq=self._n_ctx_per_seq,

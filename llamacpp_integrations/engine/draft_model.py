@@ -19,13 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import EngineError, ModelLoadError
 from .batch import BatchEntry
-from .config import EngineConfig, WeightsKey
+from .config import EngineConfig
 from .runner import DecodeStatus, GenerationContext, LoadedModel
 from .scheduler import common_prefix
 
@@ -75,28 +74,25 @@ def check_same_vocab(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 class DraftModel:
-    """The draft model's weights and context, and what each of its sequences holds.
+    """One engine's draft context over the draft model's weights, and what each of its
+    sequences holds.
 
     Args:
-        path: The draft model's GGUF file (resolved).
+        weights: The draft model's weights, loaded by the host (one copy per host however
+            many engines draft with them; the target's own when it drafts for itself).
         target: The target model (its vocabulary is checked against the draft's).
-        config: The engine's configuration (threads, batch size, sequences, memory mapping).
+        config: The engine's configuration (threads, batch size, sequences).
         n_ctx_per_seq: Context of one sequence, as the target's.
 
     Raises:
-        ModelLoadError: the file cannot be loaded, or its vocabulary is not the target's.
+        ModelLoadError: the draft's vocabulary is not the target's.
     """
 
     def __init__(
-        self, path: Path, target: LoadedModel, config: EngineConfig, *, n_ctx_per_seq: int
+        self, weights: LoadedModel, target: LoadedModel, config: EngineConfig, *, n_ctx_per_seq: int
     ) -> None:
-        key = WeightsKey(str(path), target.n_gpu_layers, config.use_mmap, config.weight_repacking)
-        self.model = LoadedModel(path, key)
-        try:
-            check_same_vocab(target, self.model)
-        except BaseException:
-            self.model.close()
-            raise
+        check_same_vocab(target, weights)
+        self.model = weights  # the host's: shared with other engines, freed by the host
         self._config = config
         self._n_ctx_per_seq = n_ctx_per_seq
         self._context: GenerationContext | None = None
@@ -187,11 +183,11 @@ class DraftModel:
         self._held.pop(seq_id, None)
 
     def close(self) -> None:
+        """Free the draft context (the weights are the host's)."""
         if self._context is not None:
             self._context.close()
             self._context = None
         self._held.clear()
-        self.model.close()
 
     # ---- helpers ----------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from .runner import LoadedModel
 from .sizing import OffloadChoice, choose_offload, host_available_memory
 from .vision import VisionProjector
 
-__all__ = ["Attachment", "ModelHost", "open_host"]
+__all__ = ["Attachment", "ModelHost", "loaded_draft_weights", "loaded_weights", "open_host"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
@@ -84,6 +84,14 @@ def loaded_weights() -> list[WeightsKey]:
         return list(_HOSTS)
 
 
+def loaded_draft_weights() -> list[str]:
+    """The draft models loaded beside them, one entry per copy (diagnostics and tests; a
+    target drafting for itself loads no copy)."""
+    with _LOCK:
+        hosts = list(_HOSTS.values())
+    return [path for host in hosts for path in host.draft_files()]
+
+
 class ModelHost:
     """A model's weights and projectors, and the worker thread serving its engines."""
 
@@ -95,6 +103,7 @@ class ModelHost:
         self._stopping = False
         self._cores: dict[int, EngineCore] = {}  # worker-owned from here down
         self._projectors: dict[str, tuple[VisionProjector, int]] = {}  # by file, with users
+        self._drafts: dict[str, tuple[LoadedModel, int]] = {}  # draft weights by file, with users
         self._core_ids = itertools.count()
         self._loaded: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
         self.offload = OffloadChoice(0, "not loaded yet")
@@ -122,6 +131,10 @@ class ModelHost:
     def alive(self) -> bool:
         return self.thread.is_alive()
 
+    def draft_files(self) -> list[str]:
+        """Files of the draft models this host holds (a snapshot; the worker owns the table)."""
+        return list(self._drafts.copy())
+
     # ---- callers ---------------------------------------------------------------------------
 
     def attach(
@@ -136,7 +149,10 @@ class ModelHost:
             for adapter in config.lora_adapters:
                 self.model.lora(adapter.path)
             vision = None if config.mmproj is None else self._take_projector(config)
+            draft = None
             try:
+                if config.speculative == "draft":
+                    draft = self._take_draft(config)
                 core = EngineCore(
                     self.model,
                     config,
@@ -144,10 +160,13 @@ class ModelHost:
                     n_ctx_per_seq=n_ctx_per_seq,
                     embedding_pooling=embedding_pooling,
                     vision=vision,
+                    draft_weights=draft,
                 )
             except BaseException:
                 if vision is not None:
                     self._drop_projector(vision)
+                if draft is not None:
+                    self._drop_draft(draft)
                 raise
             core_id = next(self._core_ids)
             self._cores[core_id] = core
@@ -164,6 +183,8 @@ class ModelHost:
                 core.shutdown()
                 if core.vision is not None:
                     self._drop_projector(core.vision)
+                if core.draft_weights is not None:
+                    self._drop_draft(core.draft_weights)
 
         if threading.current_thread() is self.thread:
             self._post(drop)  # from a finalizer on the worker: it runs at the next turn
@@ -238,6 +259,31 @@ class ModelHost:
                     del self._projectors[key]
                     held.close()
 
+    # ---- draft models (worker thread) ------------------------------------------------------
+
+    def _take_draft(self, config: EngineConfig) -> LoadedModel:
+        """The draft model's weights: the host's own when the engine drafts with its own model,
+        else one copy per file shared by every engine of this host drafting with it."""
+        assert config.speculative_draft_model is not None
+        path = config.speculative_draft_model
+        if Path(path).resolve() == Path(self.key.model).resolve():
+            return self.model
+        held = self._drafts.get(path)
+        if held is None:
+            key = replace(self.key, model=path, n_gpu_layers=self.offload.n_gpu_layers)
+            held = (LoadedModel(Path(path), key), 0)
+        self._drafts[path] = (held[0], held[1] + 1)
+        return held[0]
+
+    def _drop_draft(self, weights: LoadedModel) -> None:
+        for path, (held, count) in list(self._drafts.items()):
+            if held is weights:
+                if count > 1:
+                    self._drafts[path] = (held, count - 1)
+                else:
+                    del self._drafts[path]
+                    held.close()
+
     # ---- the worker ------------------------------------------------------------------------
 
     def _main(self) -> None:
@@ -278,6 +324,9 @@ class ModelHost:
             for projector, _ in self._projectors.values():
                 projector.close()
             self._projectors.clear()
+            for draft, _ in self._drafts.values():
+                draft.close()
+            self._drafts.clear()
             model.close()
 
     def _choose_offload(self) -> OffloadChoice:

@@ -27,6 +27,7 @@ from llamacpp_integrations.engine import (
     ImageInput,
     SamplingParams,
 )
+from llamacpp_integrations.engine.host import loaded_draft_weights
 from llamacpp_integrations.errors import ModelLoadError
 from tests.fixtures.tiny_draft import build_tiny_draft
 
@@ -166,6 +167,7 @@ def test_the_target_as_its_own_draft_has_its_drafts_accepted(smollm_path: Path) 
         Engine(_config(smollm_path, None, n_batch=64)) as plain,
         Engine(_config(smollm_path, smollm_path, n_batch=64)) as spec,
     ):
+        assert str(smollm_path) not in loaded_draft_weights()  # the target's own weights
         first = _request(QUOTES[3])
         answer, rate = _acceptance(spec, first)
         assert rate > 0.7
@@ -189,6 +191,18 @@ def test_the_target_as_its_own_draft_has_its_drafts_accepted(smollm_path: Path) 
         drafted = after.drafted_tokens - before.drafted_tokens
         assert after.accepted_tokens - before.accepted_tokens > 0.7 * drafted > 0
         assert _draft_cells_freed(wait_for(spec, _draft_cells_freed))
+
+
+def test_engines_drafting_with_one_model_share_one_copy(
+    engines: tuple[Engine, Engine], smollm_path: Path, tiny_draft: Path
+) -> None:
+    _, spec = engines
+    other = replace(_config(smollm_path, tiny_draft), n_ctx_per_seq=512)
+    with Engine(other) as second:
+        second.generate(_request(QUOTES[0]))
+        spec.generate(_request(QUOTES[0]))
+        assert loaded_draft_weights().count(str(tiny_draft)) == 1
+    assert loaded_draft_weights().count(str(tiny_draft)) == 1  # still used by ``spec``
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(
