@@ -36,6 +36,7 @@ from .core import EngineCore, StatsBoard
 from .devices import gpu_free_memory, gpu_offload_supported
 from .inbox import Inbox
 from .runner import LoadedModel
+from .shared_files import SharedByFile
 from .sizing import OffloadChoice, choose_offload, host_available_memory
 from .vision import VisionProjector
 
@@ -102,8 +103,8 @@ class ModelHost:
         self._controls: deque[Callable[[], None]] = deque()
         self._stopping = False
         self._cores: dict[int, EngineCore] = {}  # worker-owned from here down
-        self._projectors: dict[str, tuple[VisionProjector, int]] = {}  # by file, with users
-        self._drafts: dict[str, tuple[LoadedModel, int]] = {}  # draft weights by file, with users
+        self._projectors = SharedByFile[VisionProjector](VisionProjector.close)
+        self._drafts = SharedByFile[LoadedModel](LoadedModel.close)  # draft models' weights
         self._core_ids = itertools.count()
         self._loaded: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
         self.offload = OffloadChoice(0, "not loaded yet")
@@ -133,7 +134,7 @@ class ModelHost:
 
     def draft_files(self) -> list[str]:
         """Files of the draft models this host holds (a snapshot; the worker owns the table)."""
-        return list(self._drafts.copy())
+        return self._drafts.files()
 
     # ---- callers ---------------------------------------------------------------------------
 
@@ -233,33 +234,23 @@ class ModelHost:
                 if not self.alive():
                     raise EngineClosedError("the engine's worker stopped") from None
 
-    # ---- projectors (worker thread) --------------------------------------------------------
+    # ---- projectors and draft models (worker thread) -------------------------------------
 
     def _take_projector(self, config: EngineConfig) -> VisionProjector:
-        assert config.mmproj is not None
-        key = config.mmproj
-        held = self._projectors.get(key)
-        if held is None:
-            projector = VisionProjector(
-                Path(config.mmproj),
+        mmproj = config.mmproj
+        assert mmproj is not None
+        return self._projectors.take(
+            mmproj,
+            lambda: VisionProjector(
+                Path(mmproj),
                 self.model,
                 n_threads=config.threads,
                 use_gpu=self.offload.n_gpu_layers != 0,
-            )
-            held = (projector, 0)
-        self._projectors[key] = (held[0], held[1] + 1)
-        return held[0]
+            ),
+        )
 
     def _drop_projector(self, projector: VisionProjector) -> None:
-        for key, (held, count) in list(self._projectors.items()):
-            if held is projector:
-                if count > 1:
-                    self._projectors[key] = (held, count - 1)
-                else:
-                    del self._projectors[key]
-                    held.close()
-
-    # ---- draft models (worker thread) ------------------------------------------------------
+        self._projectors.drop(projector)
 
     def _take_draft(self, config: EngineConfig) -> LoadedModel:
         """The draft model's weights: the host's own when the engine drafts with its own model,
@@ -268,21 +259,11 @@ class ModelHost:
         path = config.speculative_draft_model
         if Path(path).resolve() == Path(self.key.model).resolve():
             return self.model
-        held = self._drafts.get(path)
-        if held is None:
-            key = replace(self.key, model=path, n_gpu_layers=self.offload.n_gpu_layers)
-            held = (LoadedModel(Path(path), key), 0)
-        self._drafts[path] = (held[0], held[1] + 1)
-        return held[0]
+        key = replace(self.key, model=path, n_gpu_layers=self.offload.n_gpu_layers)
+        return self._drafts.take(path, lambda: LoadedModel(Path(path), key))
 
     def _drop_draft(self, weights: LoadedModel) -> None:
-        for path, (held, count) in list(self._drafts.items()):
-            if held is weights:
-                if count > 1:
-                    self._drafts[path] = (held, count - 1)
-                else:
-                    del self._drafts[path]
-                    held.close()
+        self._drafts.drop(weights)  # the host's own weights are not in the table: a no-op
 
     # ---- the worker ------------------------------------------------------------------------
 
@@ -321,12 +302,8 @@ class ModelHost:
                     log.exception("closing an engine after its worker stopped failed")
                     core.inbox.close(reason)
             self._cores.clear()
-            for projector, _ in self._projectors.values():
-                projector.close()
-            self._projectors.clear()
-            for draft, _ in self._drafts.values():
-                draft.close()
-            self._drafts.clear()
+            self._projectors.close_all()
+            self._drafts.close_all()
             model.close()
 
     def _choose_offload(self) -> OffloadChoice:
