@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ..client import CallPlan, CallResult, EngineBinding, agenerate, astream, chat_plan_factory
@@ -97,7 +97,7 @@ class Endpoints:
             ) from None
 
     def _failed(self, endpoint: str, error: BaseException) -> Response:
-        if isinstance(error, ClientGone):
+        if isinstance(error, ClientGone | ClientDisconnect):  # gone while waiting or sending
             self.metrics.finished(endpoint, "disconnected")
             return Response(status_code=499)
         answer = api_error_of(error)
