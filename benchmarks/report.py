@@ -540,6 +540,11 @@ def speculative_section(found: dict[str, dict[str, Any]], headline: list[str]) -
                     f"| {cell(row['chat'], ours['chat'])} |"
                 )
         lines.append("")
+    return lines
+
+
+def prompt_cache_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    lines: list[str] = []
     cache = found.get("prompt_cache")
     if cache is not None:
         settings = cache["settings"]
@@ -575,6 +580,7 @@ def render() -> str:
         *remote_section(found, headline),
         *serve_section(found, headline),
         *speculative_section(found, headline),
+        *prompt_cache_section(found, headline),
     ]
     page = [
         "# Benchmarks",

@@ -86,7 +86,7 @@ def engines(smollm_path: Path) -> Iterator[tuple[Engine, Engine]]:
         yield plain, spec
 
 
-def _request(text: str, **kwargs: object) -> ChatRequest:
+def greedy_request(text: str, **kwargs: object) -> ChatRequest:
     kwargs.setdefault("sampling", GREEDY)
     kwargs.setdefault("max_tokens", MAX_TOKENS)
     return ChatRequest(
@@ -100,10 +100,10 @@ def _request(text: str, **kwargs: object) -> ChatRequest:
 def identical(engines: tuple[Engine, Engine]) -> list[bool]:
     """Over 56 prompts: whether each gave identical tokens (quotes, grammar, free chat)."""
     plain, spec = engines
-    cases = [_request(q) for q in QUOTES]
-    cases += [_request(q, grammar=RECORD) for q in GRAMMAR_PROMPTS]
-    cases += [_request(q, stop=["."]) for q in QUOTES[:8]]
-    cases += [_request(q) for q in QUESTIONS]
+    cases = [greedy_request(q) for q in QUOTES]
+    cases += [greedy_request(q, grammar=RECORD) for q in GRAMMAR_PROMPTS]
+    cases += [greedy_request(q, stop=["."]) for q in QUOTES[:8]]
+    cases += [greedy_request(q) for q in QUESTIONS]
     before = spec.stats()
     out = []
     for request in cases:
@@ -124,14 +124,14 @@ def test_greedy_tokens_are_the_same_with_and_without_speculation(identical: list
 def test_grammar_requests_stay_in_their_grammar(engines: tuple[Engine, Engine]) -> None:
     _, spec = engines
     for prompt in GRAMMAR_PROMPTS:
-        result = spec.generate(_request(prompt, grammar=RECORD, max_tokens=96))
+        result = spec.generate(greedy_request(prompt, grammar=RECORD, max_tokens=96))
         assert result.text.startswith('{"name": "') and result.text.endswith("}"), result.text
         assert '"founded": ' in result.text
 
 
 def test_log_probabilities_come_one_per_token(engines: tuple[Engine, Engine]) -> None:
     _, spec = engines
-    result = spec.generate(_request(QUOTES[0], max_tokens=48))
+    result = spec.generate(greedy_request(QUOTES[0], max_tokens=48))
     assert result.logprobs is not None
     assert tuple(e.token_id for e in result.logprobs) == result.token_ids
     assert all(e.top[0].token_id == e.token_id for e in result.logprobs)
@@ -140,7 +140,7 @@ def test_log_probabilities_come_one_per_token(engines: tuple[Engine, Engine]) ->
 
 def test_stop_strings_cut_the_text_as_without_speculation(engines: tuple[Engine, Engine]) -> None:
     plain, spec = engines
-    request = _request(QUOTES[0], stop=["fox"], max_tokens=48)
+    request = greedy_request(QUOTES[0], stop=["fox"], max_tokens=48)
     a, b = plain.generate(request), spec.generate(request)
     assert "fox" not in b.text
     assert b.finish_reason == a.finish_reason
@@ -151,7 +151,7 @@ def test_stop_strings_cut_the_text_as_without_speculation(engines: tuple[Engine,
 def test_sampled_requests_and_concurrency_leak_nothing(engines: tuple[Engine, Engine]) -> None:
     _, spec = engines
     sampled = SamplingParams(temperature=0.8, seed=3)
-    handles = [spec.submit(_request(q, sampling=sampled, max_tokens=32)) for q in QUOTES[:4]]
+    handles = [spec.submit(greedy_request(q, sampling=sampled, max_tokens=32)) for q in QUOTES[:4]]
     for handle in handles:
         assert 0 < handle.result().usage.completion_tokens <= 32
     assert idle_and_freed(wait_for(spec, idle_and_freed))
@@ -161,7 +161,7 @@ def test_a_request_can_opt_out(engines: tuple[Engine, Engine]) -> None:
     _, spec = engines
     before = spec.stats().drafted_tokens
     spec.generate(
-        _request(QUOTES[0], sampling=SamplingParams(temperature=0.0, allow_speculation=False))
+        greedy_request(QUOTES[0], sampling=SamplingParams(temperature=0.0, allow_speculation=False))
     )
     after = spec.stats()
     assert after.drafted_tokens == before, (before, after)
@@ -171,7 +171,7 @@ def test_grammar_constrained_answers_do_not_speculate_by_default(smollm_path: Pa
     """Without ``speculative_grammar`` a grammar answer drafts nothing; a free one does."""
     config = replace(_config(smollm_path, "ngram"), speculative_grammar=False)
     with Engine(config) as engine:
-        engine.generate(_request(GRAMMAR_PROMPTS[0], grammar=RECORD))
+        engine.generate(greedy_request(GRAMMAR_PROMPTS[0], grammar=RECORD))
         assert engine.stats().drafted_tokens == 0
-        engine.generate(_request(QUOTES[0]))
+        engine.generate(greedy_request(QUOTES[0]))
         assert engine.stats().drafted_tokens > 0

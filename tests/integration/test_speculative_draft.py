@@ -32,19 +32,16 @@ from llamacpp_integrations.errors import ModelLoadError
 from tests.fixtures.tiny_draft import build_tiny_draft
 
 from .helpers import GREEDY, QUESTIONS, agree_up_to_a_tie, idle_and_freed, wait_for
-from .test_speculative import GRAMMAR_PROMPTS, MAX_TOKENS, QUOTES, RECORD, TIE_NATS
+from .test_speculative import (
+    GRAMMAR_PROMPTS,
+    MAX_TOKENS,
+    QUOTES,
+    RECORD,
+    TIE_NATS,
+    greedy_request,
+)
 
 N_SEQ = 3
-
-
-def _request(text: str, **kwargs: object) -> ChatRequest:
-    kwargs.setdefault("sampling", GREEDY)
-    kwargs.setdefault("max_tokens", MAX_TOKENS)
-    return ChatRequest(
-        messages=[ChatMessage(role="user", content=text)],
-        logprobs=3,
-        **kwargs,  # type: ignore[arg-type]
-    )
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +82,10 @@ def test_greedy_tokens_are_the_same_with_and_without_draft_speculation(
     engines: tuple[Engine, Engine],
 ) -> None:
     plain, spec = engines
-    cases = [_request(q) for q in QUOTES[::3]]
-    cases += [_request(q, grammar=RECORD) for q in GRAMMAR_PROMPTS[:2]]
-    cases += [_request(q, stop=["."]) for q in QUOTES[1:9:3]]
-    cases += [_request(q) for q in QUESTIONS[:4]]
+    cases = [greedy_request(q) for q in QUOTES[::3]]
+    cases += [greedy_request(q, grammar=RECORD) for q in GRAMMAR_PROMPTS[:2]]
+    cases += [greedy_request(q, stop=["."]) for q in QUOTES[1:9:3]]
+    cases += [greedy_request(q) for q in QUESTIONS[:4]]
     before = spec.stats()
     same = [agree_up_to_a_tie(plain.generate(r), spec.generate(r), TIE_NATS) for r in cases]
     # Every answer agrees up to its first near-tie (checked above). Fewer are identical token
@@ -104,16 +101,16 @@ def test_greedy_tokens_are_the_same_with_and_without_draft_speculation(
 
 def test_grammar_and_stop_strings_hold(engines: tuple[Engine, Engine]) -> None:
     _, spec = engines
-    result = spec.generate(_request(GRAMMAR_PROMPTS[0], grammar=RECORD, max_tokens=96))
+    result = spec.generate(greedy_request(GRAMMAR_PROMPTS[0], grammar=RECORD, max_tokens=96))
     assert result.text.startswith('{"name": "') and result.text.endswith("}"), result.text
-    cut = spec.generate(_request(QUOTES[0], stop=["fox"], max_tokens=48))
+    cut = spec.generate(greedy_request(QUOTES[0], stop=["fox"], max_tokens=48))
     assert "fox" not in cut.text
 
 
 def test_concurrent_requests_do_not_mix(engines: tuple[Engine, Engine]) -> None:
     """Three sequences draft together in each draft decode; each answer is its own."""
     plain, spec = engines
-    requests = [_request(q) for q in (QUOTES[0], QUOTES[9], QUESTIONS[2])]
+    requests = [greedy_request(q) for q in (QUOTES[0], QUOTES[9], QUESTIONS[2])]
     alone = [plain.generate(r) for r in requests]
     before = spec.stats().drafted_tokens
     handles = [spec.submit(r) for r in requests]
@@ -126,7 +123,7 @@ def test_concurrent_requests_do_not_mix(engines: tuple[Engine, Engine]) -> None:
 
 def test_cancel_mid_generation_frees_both_contexts(engines: tuple[Engine, Engine]) -> None:
     plain, spec = engines
-    request = _request(QUOTES[14], max_tokens=200)
+    request = greedy_request(QUOTES[14], max_tokens=200)
     handle = spec.submit(request)
     first = next(iter(handle))
     assert first.finish_reason is None
@@ -135,14 +132,14 @@ def test_cancel_mid_generation_frees_both_contexts(engines: tuple[Engine, Engine
     assert chunks[-1].finish_reason == "cancelled"
     assert _draft_cells_freed(wait_for(spec, _draft_cells_freed))
     # The engine keeps serving, with the same answers as without speculation.
-    again = _request(QUOTES[14])
+    again = greedy_request(QUOTES[14])
     agree_up_to_a_tie(plain.generate(again), spec.generate(again), TIE_NATS)
 
 
 def test_sampled_requests_run(engines: tuple[Engine, Engine]) -> None:
     _, spec = engines
     sampled = SamplingParams(temperature=0.8, seed=7)
-    result = spec.generate(_request(QUOTES[2], sampling=sampled, max_tokens=24))
+    result = spec.generate(greedy_request(QUOTES[2], sampling=sampled, max_tokens=24))
     assert 0 < result.usage.completion_tokens <= 24
     assert result.finish_reason in ("stop", "length")
     assert result.text == spec.detokenize(result.token_ids)
@@ -168,7 +165,7 @@ def test_the_target_as_its_own_draft_has_its_drafts_accepted(smollm_path: Path) 
         Engine(_config(smollm_path, smollm_path, n_batch=64)) as spec,
     ):
         assert str(smollm_path) not in loaded_draft_weights()  # the target's own weights
-        first = _request(QUOTES[3])
+        first = greedy_request(QUOTES[3])
         answer, rate = _acceptance(spec, first)
         assert rate > 0.7
         agree_up_to_a_tie(plain.generate(first), answer, TIE_NATS)
@@ -182,7 +179,7 @@ def test_the_target_as_its_own_draft_has_its_drafts_accepted(smollm_path: Path) 
         assert answer.usage.cached_prompt_tokens > 0  # the prefix came from the cache
         assert rate > 0.7
         agree_up_to_a_tie(plain.generate(follow), answer, TIE_NATS)
-        requests = [_request(QUESTIONS[6]), _request(QUOTES[12]), _request(QUOTES[5])]
+        requests = [greedy_request(t) for t in (QUESTIONS[6], QUOTES[12], QUOTES[5])]
         before = spec.stats()
         handles = [spec.submit(r) for r in requests]
         for request, handle in zip(requests, handles, strict=True):
@@ -199,8 +196,8 @@ def test_engines_drafting_with_one_model_share_one_copy(
     _, spec = engines
     other = replace(_config(smollm_path, tiny_draft), n_ctx_per_seq=512)
     with Engine(other) as second:
-        second.generate(_request(QUOTES[0]))
-        spec.generate(_request(QUOTES[0]))
+        second.generate(greedy_request(QUOTES[0]))
+        spec.generate(greedy_request(QUOTES[0]))
         assert loaded_draft_weights().count(str(tiny_draft)) == 1
     assert loaded_draft_weights().count(str(tiny_draft)) == 1  # still used by ``spec``
 
@@ -230,6 +227,6 @@ def test_requests_with_images_do_not_speculate(
         result = engine.generate(request)
         assert result.usage.prompt_image_tokens > 0 and result.usage.completion_tokens > 0
         assert engine.stats().drafted_tokens == 0  # the draft model never saw the image
-        engine.generate(_request(QUOTES[0], max_tokens=16))
+        engine.generate(greedy_request(QUOTES[0], max_tokens=16))
         assert engine.stats().drafted_tokens > 0  # text requests of the same engine still do
         assert _draft_cells_freed(wait_for(engine, _draft_cells_freed))
