@@ -146,8 +146,9 @@ record-cassettes: models $(LLAMA_SERVER)
 	rm -rf tests/cassettes
 	$(BIN)/pytest $(REMOTE_TESTS) -k remote --record-mode=rewrite
 
-# Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings: the tiny
-# encoder, then SmolLM2 (about 15 minutes on 2 cores; pass TEXTS=200 for a quick look).
+# Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings, both sides
+# taking turns: the tiny encoder, then SmolLM2 (about 50 minutes on 2 cores; pass TEXTS=200
+# for a quick look).
 TEXTS ?= 2000
 bench-embeddings: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/embedding_corpus.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \

@@ -1,10 +1,9 @@
 """Indexing a corpus: our engine against ``llama-server --embeddings`` and the prompt-processing
-ceiling, on mixed-length texts; and chat speed while a corpus is embedded.
+ceiling, on mixed-length texts; and chat speed while the corpus is embedded.
 
-``--texts`` texts (2,000 by default) of 10 to 400 tokens, the same list for every side. Sides,
-one after the other (never two thread teams at once):
+``--texts`` texts (2,000 by default) of 10 to 400 tokens, the same list for every side:
 
-* **ours**: ``Engine.embed`` over the whole list in one call (the engine packs it into decodes).
+* **ours**: ``Engine.embed`` (the engine packs each call into decodes).
 * **llama-server**: llama.cpp's C++ server from the same vendored sources, ``--embeddings``
   with the same pooling and threads (``--no-repack`` where ours turns repacking off), 4 slots of
   2,048 tokens, ``/v1/embeddings`` requests of 32 texts from 4 client threads.
@@ -13,11 +12,17 @@ one after the other (never two thread teams at once):
   encoder, which knows 128 positions). Without it, or where llama-bench fails on the model, one
   512-token prompt decoded in one sequence by our generation context, best of 3 (only for
   models that generate). The output says which was used.
-* **chat**: tokens/s of one greedy 64-token chat alone, and while the corpus is being embedded
-  on the same engine (the embedding job running in a thread).
+
+Both sides stay loaded and take turns chunk by chunk (``--chunk`` texts, the order flipping
+each chunk), so load from elsewhere on the machine falls on both alike; only one side is busy
+at a time. Every fourth of our chunks also carries a chat: one greedy 64-token chat alone on
+the idle engine just before the chunk (not timed), then the same chat started half a second
+into the chunk. The headline ratio compares the two sides on the chunks without a chat; the
+chat chunks are reported apart. **Short texts**: the issue's first measurement, 64 texts of
+about 23 tokens, 5 rounds, taking turns the same way.
 
     python benchmarks/embedding_corpus.py --server PATH [--llama-bench PATH]
-        [--model smollm2-135m] [--texts 2000] [--json PATH]
+        [--model smollm2-135m] [--texts 2000] [--chunk 100] [--json PATH]
         [--encoder]   # the tiny random BERT encoder of tests/fixtures instead of --model
 """
 
@@ -28,11 +33,13 @@ import http.client
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +69,15 @@ def corpus(n: int, max_words: int, seed: int = 7) -> list[str]:
     ]
 
 
-def ours(engine: Engine, texts: list[str]) -> dict[str, Any]:
-    engine.embed(texts[:8])  # makes the embedding context
-    start = time.perf_counter()
-    vectors = engine.embed(texts, truncate=True)
-    wall = time.perf_counter() - start
-    assert len(vectors) == len(texts)
-    return {"wall_s": wall}
+CHAT_EVERY = 4
+"""Every fourth of our chunks carries a chat."""
+SHORT_ROUNDS = 5
+
+
+def short_texts(n: int = 64) -> list[str]:
+    """The issue's first measurement: texts of about 23 tokens."""
+    rng = random.Random(11)
+    return [" ".join(rng.choice(WORDS) for _ in range(20)) + f" ({i})" for i in range(n)]
 
 
 def ceiling(engine: Engine) -> float:
@@ -117,28 +126,126 @@ def chat_rate(engine: Engine) -> tuple[float, float]:
     return tokens / (time.perf_counter() - start), (tokens - 1) / max(1e-9, last - first)
 
 
-def chat_while_embedding(engine: Engine, texts: list[str]) -> dict[str, float]:
-    alone = [chat_rate(engine) for _ in range(2)]
-    worker = threading.Thread(target=engine.embed, args=(texts,), kwargs={"truncate": True})
+def embed_with_chat(engine: Engine, texts: list[str]) -> tuple[float, tuple[float, float] | None]:
+    """Embed ``texts`` with a chat started half a second in: the embed's seconds, and the chat's
+    rates (None when the embedding ended before the chat did, so it did not run alongside)."""
+    done: list[float] = []
+
+    def embed() -> None:
+        start = time.perf_counter()
+        engine.embed(texts, truncate=True)
+        done.append(time.perf_counter() - start)
+
+    worker = threading.Thread(target=embed)
     worker.start()
-    time.sleep(0.5)  # the corpus job is in the queue and decoding
-    during = [chat_rate(engine) for _ in range(3) if worker.is_alive()]
+    time.sleep(0.5)
+    rates = chat_rate(engine)
+    alongside = worker.is_alive()
     worker.join()
-    nan = float("nan")
+    return done[0], rates if alongside else None
+
+
+class ServerClient:
+    """Sends texts to llama-server as requests of 32 from 4 client threads."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def _post(self, batch: list[str]) -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=3600)
+        body = json.dumps({"input": batch})
+        connection.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
+        data = json.loads(connection.getresponse().read())
+        connection.close()
+        return len(data["data"])
+
+    def embed(self, texts: list[str]) -> None:
+        batches = [texts[i : i + 32] for i in range(0, len(texts), 32)]
+        counts = [0] * 4
+
+        def run(index: int) -> None:
+            counts[index] = sum(self._post(batch) for batch in batches[index::4])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sum(counts) == len(texts), counts
+
+
+def timed(run: Callable[[list[str]], Any], texts: list[str]) -> float:
+    start = time.perf_counter()
+    run(texts)
+    return time.perf_counter() - start
+
+
+def take_turns(
+    engine: Engine, server: ServerClient, chunks: list[list[str]], chats: bool
+) -> dict[str, Any]:
+    """Each chunk on both sides, the order flipping each chunk; with ``chats``, every
+    CHAT_EVERY-th chunk of ours carries a chat. Seconds per chunk and side, and the chats."""
+    ours_s: list[float] = []
+    server_s: list[float] = []
+    alone: list[tuple[float, float]] = []
+    during: list[tuple[float, float]] = []
+    chat_chunks: list[int] = []
+
+    def ours_side(index: int, chunk: list[str]) -> float:
+        if not (chats and index % CHAT_EVERY == CHAT_EVERY - 1):
+            return timed(lambda t: engine.embed(t, truncate=True), chunk)
+        alone.append(chat_rate(engine))  # the engine is idle here; not timed
+        seconds, rates = embed_with_chat(engine, chunk)
+        chat_chunks.append(index)
+        if rates is not None:
+            during.append(rates)
+        return seconds
+
+    for index, chunk in enumerate(chunks):
+        if index % 2 == 0:
+            ours_s.append(ours_side(index, chunk))
+            server_s.append(timed(server.embed, chunk))
+        else:
+            server_s.append(timed(server.embed, chunk))
+            ours_s.append(ours_side(index, chunk))
+        print(
+            f"  chunk {index + 1}/{len(chunks)}: ours {ours_s[-1]:.1f} s, "
+            f"llama-server {server_s[-1]:.1f} s",
+            flush=True,
+        )
     return {
-        "chat_alone_tps": max(r[0] for r in alone),
-        "chat_during_tps": min((r[0] for r in during), default=nan),
-        "chat_alone_decode_tps": max(r[1] for r in alone),
-        "chat_during_decode_tps": min((r[1] for r in during), default=nan),
+        "ours_s": ours_s,
+        "server_s": server_s,
+        "chat_chunks": chat_chunks,
+        "chat_alone": alone,
+        "chat_during": during,
     }
 
 
+def chat_summary(
+    alone: list[tuple[float, float]], during: list[tuple[float, float]]
+) -> dict[str, float]:
+    """Medians and the worst of the chats alone and alongside the corpus: whole-request rate
+    (from the call, so waiting for a decode in flight counts) and decode rate."""
+    if not alone or not during:
+        return {}
+    row = {}
+    for position, key in ((0, "tps"), (1, "decode_tps")):
+        row[f"chat_alone_{key}"] = statistics.median(r[position] for r in alone)
+        row[f"chat_during_{key}"] = statistics.median(r[position] for r in during)
+        row[f"chat_during_{key}_worst"] = min(r[position] for r in during)
+    row["chats"] = len(during)
+    return row
+
+
 def print_chat(row: dict[str, float]) -> None:
+    print(f"chats alongside the corpus: {row['chats']} (median; worst in brackets)")
     for label, key in (("whole request", "tps"), ("decode rate", "decode_tps")):
         during, alone = row[f"chat_during_{key}"], row[f"chat_alone_{key}"]
+        worst = row[f"chat_during_{key}_worst"]
         print(
             f"chat while embedding / chat alone, {label}: {during:.1f} / {alone:.1f} tokens/s"
-            f" = {during / alone:.2f}x"
+            f" = {during / alone:.2f}x ({worst / alone:.2f}x)"
         )
 
 
@@ -159,47 +266,15 @@ def start_server(binary: str, model: str, threads: int, pooling: str | None) -> 
         sys.exit(str(error))
 
 
-def server_side(texts: list[str]) -> dict[str, Any]:
-    batches = [texts[i : i + 32] for i in range(0, len(texts), 32)]
-    lock = threading.Lock()
-    count = [0]
-
-    def post(batch: list[str]) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=3600)
-        body = json.dumps({"input": batch})
-        connection.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
-        data = json.loads(connection.getresponse().read())
-        with lock:
-            count[0] += len(data["data"])
-
-    def run(index: int) -> None:
-        for batch in batches[index::4]:
-            post(batch)
-
-    post(texts[:8])  # warm-up
-    count[0] = 0
-    start = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - start
-    assert count[0] == len(texts), count
-    return {"wall_s": wall}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--encoder", action="store_true", help="the tiny random BERT encoder")
     parser.add_argument("--texts", type=int, default=2000)
+    parser.add_argument("--chunk", type=int, default=100, help="texts per turn")
     parser.add_argument("--server", default=".cache/llama-server/build/bin/llama-server")
     parser.add_argument("--llama-bench", default=None, help="a llama-bench binary, if built")
     parser.add_argument("--json", default=None)
-    parser.add_argument(
-        "--chat-only", action="store_true", help="only chat speed while the corpus is embedded"
-    )
     args = parser.parse_args()
     threads = os.cpu_count() or 1
     load_before = os.getloadavg()[0]
@@ -211,21 +286,42 @@ def main() -> None:
         model = str(resolve_model_path(args.model))
     # The tiny encoder spells most of these words letter by letter and knows 128 positions.
     texts = corpus(args.texts, 20 if args.encoder else 360)
+    short = short_texts()
+    chunks = [texts[i : i + args.chunk] for i in range(0, len(texts), args.chunk)]
     row: dict[str, Any] = {}
-    if args.chat_only:
-        with Engine(model=model, n_threads=threads) as engine:
-            print_chat(chat_while_embedding(engine, texts))
-        return
     with Engine(model=model, n_threads=threads) as engine:
         limit = min(engine.config.embedding_n_ctx, engine.info.n_ctx_train)
-        n_tokens = sum(min(len(engine.tokenize(t, add_special=True)), limit) for t in texts)
-        mine = ours(engine, texts)
-        if not engine.embedding_only:
-            row.update(chat_while_embedding(engine, texts))
-            if not args.llama_bench:
-                row["ceiling_tps"] = ceiling(engine)
-                row["ceiling"] = "our generation context, one 512-token prompt, best of 3"
+
+        def count(batch: list[str]) -> int:
+            return sum(min(len(engine.tokenize(t, add_special=True)), limit) for t in batch)
+
+        chunk_tokens = [count(chunk) for chunk in chunks]
+        short_tokens = count(short)
+        chats = not engine.embedding_only
         pooling = None if engine.embedding_only else "mean"
+        if chats and not args.llama_bench:
+            row["ceiling_tps"] = ceiling(engine)
+            row["ceiling"] = "our generation context, one 512-token prompt, best of 3"
+        server_process = start_server(args.server, model, threads, pooling)
+        try:
+            server = ServerClient(server_process.port)
+            engine.embed(texts[:8])  # makes the embedding context
+            server.embed(texts[:8])
+            print(
+                f"{len(chunks)} chunks of {args.chunk} texts, {sum(chunk_tokens)} tokens",
+                flush=True,
+            )
+            turns = take_turns(engine, server, chunks, chats)
+            short_ours = short_server = 0.0
+            for round_ in range(SHORT_ROUNDS):
+                if round_ % 2 == 0:
+                    short_ours += timed(engine.embed, short)
+                    short_server += timed(server.embed, short)
+                else:
+                    short_server += timed(server.embed, short)
+                    short_ours += timed(engine.embed, short)
+        finally:
+            server_process.close()
     if args.llama_bench:
         bench = llama_bench_pp(args.llama_bench, model, threads, args.encoder)
         if bench is not None:
@@ -237,36 +333,56 @@ def main() -> None:
             row["ceiling"] = "llama-bench failed; our generation context, 512 tokens, best of 3"
         else:
             row["ceiling"] = "none: llama-bench failed on this model"
-    server = start_server(args.server, model, threads, pooling)
-    try:
-        theirs = server_side(texts)
-    finally:
-        server.close()
-    ours_tps = n_tokens / mine["wall_s"]
-    server_tps = n_tokens / theirs["wall_s"]
+    clean = [i for i in range(len(chunks)) if i not in turns["chat_chunks"]]
+    tokens_clean = sum(chunk_tokens[i] for i in clean)
+    texts_clean = sum(len(chunks[i]) for i in clean)
+    ours_clean = sum(turns["ours_s"][i] for i in clean)
+    server_clean = sum(turns["server_s"][i] for i in clean)
+    n_tokens = sum(chunk_tokens)
+    row.update(
+        ours_tps=tokens_clean / ours_clean,
+        server_tps=tokens_clean / server_clean,
+        ours_texts_per_s=texts_clean / ours_clean,
+        server_texts_per_s=texts_clean / server_clean,
+        ours_tps_all=n_tokens / sum(turns["ours_s"]),
+        server_tps_all=n_tokens / sum(turns["server_s"]),
+        short_ours_texts_per_s=SHORT_ROUNDS * len(short) / short_ours,
+        short_server_texts_per_s=SHORT_ROUNDS * len(short) / short_server,
+        short_tokens=short_tokens,
+        **chat_summary(turns["chat_alone"], turns["chat_during"]),
+    )
     name = "tiny BERT encoder" if args.encoder else Path(model).name
     print(
-        f"# Corpus embedding: {len(texts)} texts, {n_tokens} tokens, {name}, {threads} threads, "
+        f"\n# Corpus embedding: {len(texts)} texts, {n_tokens} tokens, {name}, {threads} threads, "
         f"1-min load {load_before:.2f} before\n"
     )
+    print(f"Chunks without a chat: {len(clean)} of {len(chunks)}, {tokens_clean} tokens.\n")
     print("| side | texts/s | tokens/s |")
     print("|---|---:|---:|")
-    print(f"| ours (Engine.embed) | {len(texts) / mine['wall_s']:.1f} | {ours_tps:.0f} |")
+    print(f"| ours (Engine.embed) | {row['ours_texts_per_s']:.1f} | {row['ours_tps']:.0f} |")
     print(
-        f"| llama-server /v1/embeddings | {len(texts) / theirs['wall_s']:.1f} | {server_tps:.0f} |"
+        f"| llama-server /v1/embeddings | {row['server_texts_per_s']:.1f} "
+        f"| {row['server_tps']:.0f} |"
     )
     if "ceiling_tps" in row:
         print(f"| ceiling ({row['ceiling']}) | | {row['ceiling_tps']:.0f} |")
-    print(f"\nours / llama-server: {ours_tps / server_tps:.2f}x")
+    print(f"\nours / llama-server: {row['ours_tps'] / row['server_tps']:.2f}x")
+    print(
+        f"all chunks, chat chunks included: ours {row['ours_tps_all']:.0f}, llama-server "
+        f"{row['server_tps_all']:.0f} tokens/s = {row['ours_tps_all'] / row['server_tps_all']:.2f}x"
+    )
     if "ceiling_tps" in row:
-        print(f"ours / ceiling: {ours_tps / row['ceiling_tps']:.2f}x")
+        print(f"ours / ceiling: {row['ours_tps'] / row['ceiling_tps']:.2f}x")
     else:
         print(f"ours / ceiling: n/a ({row.get('ceiling', 'no ceiling for this model')})")
-    if "chat_alone_tps" in row:
+    print(
+        f"short texts ({len(short)} of about {short_tokens // len(short)} tokens, "
+        f"{SHORT_ROUNDS} rounds): ours {row['short_ours_texts_per_s']:.1f}, llama-server "
+        f"{row['short_server_texts_per_s']:.1f} texts/s = "
+        f"{row['short_ours_texts_per_s'] / row['short_server_texts_per_s']:.2f}x"
+    )
+    if "chats" in row:
         print_chat(row)
-    row["ours_tps"], row["server_tps"] = ours_tps, server_tps
-    row["ours_texts_per_s"] = len(texts) / mine["wall_s"]
-    row["server_texts_per_s"] = len(texts) / theirs["wall_s"]
     load = os.getloadavg()[0]
     results.write(
         args.json,
@@ -275,12 +391,14 @@ def main() -> None:
             "model": name,
             "texts": len(texts),
             "tokens": n_tokens,
+            "chunk": args.chunk,
             "threads": threads,
             "load_1min_before": round(load_before, 2),
             "load_1min_after": round(load, 2),
         },
-        ours=mine,
-        server=theirs,
+        ours={"seconds_per_chunk": turns["ours_s"]},
+        server={"seconds_per_chunk": turns["server_s"]},
+        chat_chunks=turns["chat_chunks"],
         **row,
     )
 

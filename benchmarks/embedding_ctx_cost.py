@@ -13,7 +13,13 @@ Three ways, each the median of ``--repeat`` embeds of one short text, at ``--n-c
 The clear itself is timed apart as well. Standalone llama.cpp calls: the engine exposes no way
 to clear its data, on purpose.
 
+``--busy`` keeps one core busy with another process throughout (a machine shared with other
+work, as the issue's was: its llama-bench ceiling was 172 tokens/s where this machine gives
+about 300 alone), and ``--rounds`` repeats the sizes, so the swing between rounds at one size
+can be set against the difference between sizes.
+
     python benchmarks/embedding_ctx_cost.py [--model smollm2-135m] [--n-ctx 512 2048 4096]
+        [--busy] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.models import resolve_model_path
 
+BUSY_NOTE = ", one core kept busy by another process"
 TEXT = "the river runs past an old mill where owls nest"
 
 
@@ -103,6 +111,8 @@ def main() -> None:
     parser.add_argument("--n-ctx", type=int, nargs="+", default=[512, 2048, 4096])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--busy", action="store_true", help="keep one core busy meanwhile")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     threads = os.cpu_count() or 1
     model = str(resolve_model_path(args.model))
@@ -116,24 +126,32 @@ def main() -> None:
     n = llama_cpp.llama_tokenize(vocab, raw, len(raw), buffer, 64, True, False)
     tokens = list(buffer[:n])
     rows = []
-    for n_ctx in args.n_ctx:
-        row: dict[str, Any] = {"n_ctx": n_ctx}
-        row.update(raw_ms(handle, tokens, n_ctx, threads, args.repeat))
-        row.update(engine_ms(model, n_ctx, threads, args.repeat))
-        rows.append(row)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    try:
+        for round_ in range(args.rounds):
+            for n_ctx in args.n_ctx:
+                row: dict[str, Any] = {"n_ctx": n_ctx, "round": round_ + 1}
+                row.update(raw_ms(handle, tokens, n_ctx, threads, args.repeat))
+                row.update(engine_ms(model, n_ctx, threads, args.repeat))
+                rows.append(row)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
     llama_cpp.llama_model_free(handle)
     print(
         f"# One text ({len(tokens)} tokens), {Path(model).name}, {threads} threads, "
-        f"median of {args.repeat}\n"
+        f"median of {args.repeat}{BUSY_NOTE if args.busy else ''}\n"
     )
     print(
-        "| embedding_n_ctx | Engine.embed, first | Engine.embed, then | raw, cells cleared "
+        "| round | embedding_n_ctx | Engine.embed, first | Engine.embed, then | raw, cells cleared "
         "| raw, data cleared | of which the clear |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
-            f"| {row['n_ctx']} | {row['engine_first_ms']:.0f} ms | {row['engine_ms']:.1f} ms "
+            f"| {row['round']} | {row['n_ctx']} | {row['engine_first_ms']:.0f} ms "
+            f"| {row['engine_ms']:.1f} ms "
             f"| {row['cells_embed_ms']:.1f} ms "
             f"| {row['data_embed_ms']:.1f} ms | {row['data_clear_ms']:.1f} ms |"
         )
@@ -145,6 +163,7 @@ def main() -> None:
             "tokens": len(tokens),
             "threads": threads,
             "repeat": args.repeat,
+            "busy": args.busy,
         },
         rows=rows,
     )

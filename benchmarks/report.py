@@ -244,29 +244,27 @@ def embedding_corpus_section(found: dict[str, dict[str, Any]], headline: list[st
     lines = [
         "## Indexing a corpus",
         "",
-        "Mixed-length texts embedded by `Engine.embed` in one call, against `llama-server "
-        "--embeddings` (4 slots, requests of 32 texts from 4 client threads) and llama.cpp's "
-        "prompt-processing ceiling; `make bench-embeddings`.",
+        "Mixed-length texts embedded by `Engine.embed` against `llama-server --embeddings` (4 "
+        "slots, requests of 32 texts from 4 client threads), both loaded and taking turns chunk "
+        "by chunk, and against llama.cpp's prompt-processing ceiling; `make bench-embeddings`. "
+        "Rates are over the chunks without a chat; every fourth of our chunks carries one.",
         "",
         "| model | texts | tokens | ours texts/s | ours tokens/s | llama-server tokens/s "
-        "| ceiling tokens/s | ours / llama-server | ours / ceiling | chat while embedding / alone "
-        "|",
+        "| ceiling tokens/s | ours / llama-server | ours / ceiling | short texts, ours / "
+        "llama-server |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for document in runs:
         settings = document["settings"]
         ceiling = document.get("ceiling_tps")
-        chat = (
-            f"{document['chat_during_tps'] / document['chat_alone_tps']:.2f}x"
-            if "chat_alone_tps" in document
-            else "n/a"
-        )
         ours, server = document["ours_tps"], document["server_tps"]
+        short = document.get("short_ours_texts_per_s"), document.get("short_server_texts_per_s")
         lines.append(
             f"| {_model_file(settings['model'])} | {settings['texts']} | {settings['tokens']} "
             f"| {document['ours_texts_per_s']:.1f} | {ours:.0f} | {server:.0f} "
             f"| {f'{ceiling:.0f}' if ceiling else 'n/a'} | {ours / server:.2f}x "
-            f"| {f'{ours / ceiling:.2f}x' if ceiling else 'n/a'} | {chat} |"
+            f"| {f'{ours / ceiling:.2f}x' if ceiling else 'n/a'} "
+            f"| {f'{short[0] / short[1]:.2f}x' if short[0] and short[1] else 'n/a'} |"
         )
     lines.append("")
     for document in runs:
@@ -278,6 +276,20 @@ def embedding_corpus_section(found: dict[str, dict[str, Any]], headline: list[st
             f"{settings.get('load_1min_after', '?')} after."
         )
     main = found.get("embedding_corpus")
+    if main is not None and "chat_alone_tps" in main:
+        lines += [
+            "",
+            "Chats alongside the corpus (median over the chat chunks, worst in brackets):",
+            "",
+        ]
+        lines += ["| measure | alone tokens/s | while embedding | ratio |", "|---|---:|---:|---:|"]
+        for label, key in (("decode rate", "decode_tps"), ("whole request", "tps")):
+            alone, during = main[f"chat_alone_{key}"], main[f"chat_during_{key}"]
+            worst = main.get(f"chat_during_{key}_worst", during)
+            lines.append(
+                f"| {label} | {alone:.1f} | {during:.1f} | {during / alone:.2f}x "
+                f"({worst / alone:.2f}x) |"
+            )
     if main is not None:
         headline.append(
             f"| corpus embedding tokens/s vs llama-server --embeddings | "

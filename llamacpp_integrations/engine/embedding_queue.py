@@ -46,21 +46,33 @@ class EmbeddingQueue:
     def add(self, jobs: Iterable[EmbedJob]) -> None:
         self._jobs.extend(_Progress(job) for job in jobs)
 
-    def step(self, embed: EmbedFn, *, max_tokens: int, max_texts: int) -> None:
-        """Embed one batch of texts from the oldest jobs; deliver the jobs it completes."""
+    def next_decode_tokens(self, max_tokens: int) -> int:
+        """At most how many tokens the next ``step`` with this budget decodes: the budget
+        while some pending text fits it, else the oldest job's shortest text, which goes
+        alone (the queue must not be empty)."""
+        pending = [p.pending for p in self._jobs if p.pending]
+        if any(texts.shortest <= max_tokens for texts in pending):
+            return max_tokens
+        return pending[0].shortest if pending else 0
+
+    def step(self, embed: EmbedFn, *, max_tokens: int, max_texts: int) -> int:
+        """Embed one batch of texts from the oldest jobs; deliver the jobs it completes.
+        Returns the number of tokens decoded."""
         picked = self._pick(max_tokens, max_texts)
+        token_lists = [p.job.token_lists[i] for p, i in picked]
         try:
-            vectors = embed([p.job.token_lists[i] for p, i in picked])
+            vectors = embed(token_lists)
         except EngineError as error:
             for progress in {id(p): p for p, _ in picked}.values():
                 self._end(progress, EngineError(str(error)))
-            return
+            return 0
         for (progress, index), vector in zip(picked, vectors, strict=True):
             progress.vectors[index] = as_floats(vector, progress.job.normalize)
             progress.remaining -= 1
             if progress.remaining == 0:
                 self._jobs.remove(progress)
                 progress.job.channel.put(_joined(progress))
+        return sum(len(tokens) for tokens in token_lists)
 
     def _pick(self, max_tokens: int, max_texts: int) -> list[tuple[_Progress, int]]:
         """Texts for one decode: the oldest job packs first, younger ones fill what it leaves,
@@ -136,10 +148,13 @@ class TimeShare:
     """Gives embedding decodes at most a share of the worker's time while chats wait too.
 
     An embedding decode takes far longer than one generation step, so alternating one of each
-    would leave chats a small fraction of the time. Instead an embedding decode runs only while
-    embedding has used no more than ``embedding_share`` of the time spent since both started
-    waiting (a third by default): streams keep about two thirds of their speed, and the corpus
-    goes on in the remaining third.
+    would leave chats a small fraction of the time. Instead an embedding decode runs only if,
+    counting what it is expected to take, embedding stays within ``embedding_share`` of the time
+    spent since both started waiting (a third by default): streams keep about two thirds of
+    their speed, and the corpus goes on in the remaining third. Counting the decode before it
+    runs (from the seconds per token the last one took) matters for long texts: otherwise a
+    chat's first step would be followed at once by a decode of a whole long text, a stall of a
+    second or more that a short answer never makes up for.
     """
 
     def __init__(self, embedding_share: float = 1 / 3) -> None:
@@ -149,15 +164,20 @@ class TimeShare:
         self._ratio = embedding_share / (1.0 - embedding_share)
         self._chat_s = 0.0
         self._embed_s = 0.0
+        self._seconds_per_token = 0.0  # of the last embedding decode; kept across resets
 
     def chat(self, seconds: float) -> None:
         self._chat_s += seconds
 
-    def embedded(self, seconds: float) -> None:
+    def embedded(self, seconds: float, tokens: int = 0) -> None:
         self._embed_s += seconds
+        if tokens > 0:
+            self._seconds_per_token = seconds / tokens
 
-    def embedding_may_run(self, chatting: bool) -> bool:
-        return not chatting or self._embed_s <= self._ratio * self._chat_s
+    def embedding_may_run(self, chatting: bool, tokens: int = 0) -> bool:
+        """Whether an embedding decode of ``tokens`` tokens may run now."""
+        expected = tokens * self._seconds_per_token
+        return not chatting or self._embed_s + expected <= self._ratio * self._chat_s
 
     def reset(self) -> None:
         self._chat_s = self._embed_s = 0.0

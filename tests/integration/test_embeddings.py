@@ -136,3 +136,22 @@ def test_any_context_size_packs_many_short_texts(smollm_path: Path) -> None:
         alone = np.asarray(engine.embed([texts[7]])[0])
         packed = np.asarray(vectors[7])  # batched kernels round differently
         assert float(alone @ packed) / float(np.linalg.norm(alone) * np.linalg.norm(packed)) > 0.99
+
+
+def test_texts_longer_than_one_cpu_decode_go_alone_among_short_ones(smollm_path: Path) -> None:
+    # On the CPU a decode holds EMBED_TOKENS_ON_CPU tokens; longer texts take one decode each,
+    # the short ones are packed around them, and every vector lands at its own text's index.
+    from llamacpp_integrations.engine.core import EMBED_TOKENS_ON_CPU
+
+    with Engine(EngineConfig(model=str(smollm_path), n_seq_max=1)) as engine:
+        long_text = " ".join(["the river runs past the old mill"] * 60)
+        assert len(engine.tokenize(long_text)) > EMBED_TOKENS_ON_CPU
+        texts = [f"short text {i}" for i in range(20)]
+        texts[3] = long_text
+        texts[11] = long_text + " and on"
+        vectors = engine.embed(texts)
+        assert len(vectors) == len(texts)
+        for index in (3, 11, 12):
+            alone = engine.embed([texts[index]])[0]
+            assert _cosine(alone, vectors[index]) > 0.99
+        assert _cosine(vectors[3], vectors[12]) < 0.99

@@ -176,3 +176,38 @@ def test_time_share_takes_the_share_asked_for() -> None:
     assert runs == 19
     with pytest.raises(ValueError):
         TimeShare(embedding_share=1.0)
+
+
+def test_time_share_counts_a_decode_before_it_runs() -> None:
+    from llamacpp_integrations.engine.embedding_queue import TimeShare
+
+    share = TimeShare()
+    share.embedded(0.5, tokens=100)  # idle: 5 ms per token, no chat yet
+    share.reset()
+    share.chat(0.05)  # a chat's first step
+    # A long text alone (400 tokens, about 2 s) waits until the chat has had twice that...
+    assert not share.embedding_may_run(chatting=True, tokens=400)
+    # ...while a small decode (64 tokens, 0.32 s) may go once the chat has had 0.64 s.
+    assert not share.embedding_may_run(chatting=True, tokens=64)
+    share.chat(0.6)
+    assert share.embedding_may_run(chatting=True, tokens=64)
+    assert not share.embedding_may_run(chatting=True, tokens=400)
+    share.chat(3.4)
+    assert share.embedding_may_run(chatting=True, tokens=400)
+    assert share.embedding_may_run(chatting=False, tokens=10_000)
+
+
+def test_the_next_decode_is_the_budget_or_a_longer_text_alone() -> None:
+    queue = EmbeddingQueue()
+    old, _ = _job([300, 200], "old")
+    young, _ = _job([40], "young")
+    queue.add([old, young])
+    assert queue.next_decode_tokens(64) == 64  # the young job's text fits
+    assert queue.next_decode_tokens(30) == 200  # nothing fits: the oldest's shortest, alone
+
+    def embed(lists: list[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
+        return [np.ones(2, dtype=np.float32) for _ in lists]
+
+    assert queue.step(embed, max_tokens=64, max_texts=8) == 40
+    assert queue.next_decode_tokens(64) == 200
+    assert queue.step(embed, max_tokens=64, max_texts=8) == 200
