@@ -10,9 +10,10 @@ server marks ``retryable`` (connection refused, 5xx, 503 while loading), goes to
 server, each server tried at most once. Once a chunk was delivered the error reaches the caller
 as it is (the text already shown cannot be taken back); the server is ejected either way.
 
-Health: a daemon thread probes ``/health`` (``RemoteEngine.health``) of healthy servers every
-``probe_interval`` seconds and of ejected ones once their ``cooldown`` is over, readmitting those
-that answer. It stops on ``close()`` (or when the fleet is garbage-collected). When no server is
+Health: a ``health_probes.HealthProber`` probes ``/health`` (``RemoteEngine.health``) of healthy
+servers every ``probe_interval`` seconds and of ejected ones once their ``cooldown`` is over,
+readmitting those that answer; due servers are probed at once, so one that hangs delays no
+other. It stops on ``close()`` (or when the fleet is garbage-collected). When no server is
 healthy, a request first probes the ejected servers whose cooldown is over, then fails with
 ``ServerUnavailableError``.
 
@@ -22,7 +23,6 @@ healthy server, trying the next on a server failure.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +42,7 @@ from ..engine.types import (
 from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
 from .affinity import affinity_key
 from .collect import acollect, collect
+from .health_probes import HealthProber, aprobe, safe_health
 from .routing import Router, ServerState
 
 __all__ = ["FleetEngine", "FleetStats", "MemberEngine"]
@@ -180,17 +181,11 @@ class FleetEngine:
         )
         self._closed = False
         self._info: ModelInfo | None = None
-        self._stop = threading.Event()
         # The prober holds the router and the members, never the fleet: a fleet nobody
-        # references is collected, and its finalizer stops the thread.
+        # references is collected, and its finalizer stops the prober.
         tick = max(0.05, min(1.0, probe_interval / 4, cooldown / 4 if cooldown else 1.0))
-        self._prober = threading.Thread(
-            target=_probe_loop,
-            args=(self._router, members, self._stop, tick),
-            name="fleet-health-probes",
-            daemon=True,
-        )
-        self._finalizer = weakref.finalize(self, _shut, self._stop, list(members.values()))
+        self._prober = HealthProber(self._router, members, tick=tick)
+        self._finalizer = weakref.finalize(self, _shut, self._prober, list(members.values()))
         self._prober.start()
 
     # ---- state -------------------------------------------------------------------------------
@@ -225,14 +220,13 @@ class FleetEngine:
         """Probe every server now; True when at least one is healthy."""
         self._check_open()
         for url, member in self._members.items():
-            self._router.probe_result(url, _safe_health(member))
+            self._router.probe_result(url, safe_health(member))
         return bool(self._router.healthy())
 
     async def ahealth(self) -> bool:
-        """Async ``health``."""
+        """Async ``health`` (the servers are probed at once)."""
         self._check_open()
-        for url, member in self._members.items():
-            self._router.probe_result(url, await _safe_ahealth(member))
+        await aprobe(self._router, self._members, list(self._members))
         return bool(self._router.healthy())
 
     @property
@@ -254,8 +248,7 @@ class FleetEngine:
         """Stop the probes and close every member; running requests end as theirs do."""
         self._closed = True
         self._finalizer()
-        if self._prober.is_alive() and self._prober is not threading.current_thread():
-            self._prober.join(timeout=5)
+        self._prober.join(timeout=5)
 
     def __enter__(self) -> FleetEngine:
         return self
@@ -362,8 +355,7 @@ class FleetEngine:
     async def _aacquire(self, key: str | None, tried: set[str]) -> str:
         url = self._pick(key, tried)
         if url is None and not tried:
-            for due in self._router.due_probes():
-                self._router.probe_result(due, await _safe_ahealth(self._members[due]))
+            await aprobe(self._router, self._members, self._router.due_probes())
             url = self._pick(key, tried)
         return self._claim(url, tried)
 
@@ -379,7 +371,7 @@ class FleetEngine:
 
     def _probe_due(self) -> None:
         for url in self._router.due_probes():
-            self._router.probe_result(url, _safe_health(self._members[url]))
+            self._router.probe_result(url, safe_health(self._members[url]))
 
     def _exhausted(self, tried: set[str]) -> ServerUnavailableError:
         states = ", ".join(f"{s.url} ({s.status}: {s.last_error})" for s in self.servers())
@@ -471,31 +463,7 @@ class FleetEngine:
             return
 
 
-def _safe_health(member: MemberEngine) -> bool:
-    try:
-        return bool(member.health())
-    except Exception:  # a probe that raises is a failed probe, whatever it raised
-        return False
-
-
-async def _safe_ahealth(member: MemberEngine) -> bool:
-    try:
-        return bool(await member.ahealth())
-    except Exception:
-        return False
-
-
-def _probe_loop(
-    router: Router, members: Mapping[str, MemberEngine], stop: threading.Event, tick: float
-) -> None:
-    while not stop.wait(tick):
-        for url in router.due_probes():
-            if stop.is_set():
-                return
-            router.probe_result(url, _safe_health(members[url]))
-
-
-def _shut(stop: threading.Event, members: list[Any]) -> None:
-    stop.set()
+def _shut(prober: HealthProber, members: list[Any]) -> None:
+    prober.stop()
     for member in members:
         member.close()

@@ -4,7 +4,9 @@ first chunk, ejection and readmission, stats. The live fleet test runs real llam
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Generator, Sequence
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 
 import pytest
 
@@ -473,3 +475,156 @@ def test_background_probes_readmit(members: dict[str, FakeMember]) -> None:
         assert {s.url: s.status for s in engine.servers()}[URLS[0]] == "healthy"
     finally:
         engine.close()
+
+
+# ---- background probes run at once --------------------------------------------------------
+
+
+class HungMember(FakeMember):
+    """A server whose ``/health`` hangs until ``release`` is set."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.probes = 0
+        self.active = 0
+        self.most_active = 0
+        self._count = threading.Lock()
+
+    def health(self) -> bool:
+        with self._count:
+            self.probes += 1
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        self.entered.set()
+        try:
+            self.release.wait()
+        finally:
+            with self._count:
+                self.active -= 1
+        return True
+
+
+class CountedMember(FakeMember):
+    """A server that sets ``probed`` once it has been probed ``enough`` times."""
+
+    def __init__(self, url: str, enough: int) -> None:
+        super().__init__(url)
+        self.enough = enough
+        self.probes = 0
+        self.probed = threading.Event()
+
+    def health(self) -> bool:
+        self.probes += 1
+        if self.probes >= self.enough:
+            self.probed.set()
+        return super().health()
+
+
+def wait_for(condition: Callable[[], bool]) -> bool:
+    """Poll ``condition`` until it holds, with a deadline far beyond any busy machine's delay."""
+    for _ in range(3000):
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def status(engine: FleetEngine, url: str) -> str:
+    return {s.url: s.status for s in engine.servers()}[url]
+
+
+def test_a_hung_probe_does_not_hold_back_the_others() -> None:
+    hung = HungMember(URLS[0])
+    other = FakeMember(URLS[1])
+    engine = FleetEngine.from_engines(
+        {hung.url: hung, other.url: other}, probe_interval=0.05, cooldown=0.05
+    )
+    try:
+        assert hung.entered.wait(30)
+        other.down = True
+        # The prober ejects the other server while the first one's probe still hangs.
+        assert wait_for(lambda: status(engine, other.url) == "ejected")
+        assert not hung.release.is_set() and hung.active == 1
+        other.down = False
+        assert wait_for(lambda: status(engine, other.url) == "healthy")
+        assert hung.active == 1
+    finally:
+        hung.release.set()
+        engine.close()
+
+
+def test_closing_while_a_probe_hangs_returns_and_ends_the_prober() -> None:
+    hung = HungMember(URLS[0])
+    other = FakeMember(URLS[1])
+    engine = FleetEngine.from_engines({hung.url: hung, other.url: other}, probe_interval=0.05)
+    closed = threading.Event()
+
+    def close() -> None:
+        engine.close()
+        closed.set()
+
+    try:
+        assert hung.entered.wait(30)
+        threading.Thread(target=close, daemon=True).start()
+        assert closed.wait(30)  # close does not wait for the hung probe
+        assert hung.active == 1
+        engine._prober.join(30)
+        assert not engine._prober.is_alive()
+        assert hung.closed and other.closed
+    finally:
+        hung.release.set()
+        engine.close()
+
+
+def test_a_server_is_not_probed_again_while_its_probe_runs() -> None:
+    hung = HungMember(URLS[0])
+    other = CountedMember(URLS[1], enough=5)
+    engine = FleetEngine.from_engines({hung.url: hung, other.url: other}, probe_interval=0.05)
+    try:
+        assert hung.entered.wait(30)
+        # The hung server stays due (no result came back), tick after tick; the other one
+        # was probed several times meanwhile.
+        assert other.probed.wait(30)
+        assert engine._prober.running == {hung.url}
+        assert hung.probes == 1 and hung.most_active == 1
+    finally:
+        hung.release.set()
+        engine.close()
+
+
+def test_once_a_hung_probe_answers_its_server_is_probed_again() -> None:
+    hung = HungMember(URLS[0])
+    engine = FleetEngine.from_engines({hung.url: hung}, probe_interval=0.05)
+    try:
+        assert hung.entered.wait(30)
+        hung.release.set()
+        assert wait_for(lambda: hung.probes >= 2)
+        assert hung.most_active == 1
+    finally:
+        hung.release.set()
+        engine.close()
+
+
+def test_an_unreferenced_fleet_is_collected_and_stops_its_prober(
+    members: dict[str, FakeMember],
+) -> None:
+    import gc
+
+    engine = FleetEngine.from_engines(members, probe_interval=0.05)
+    prober = engine._prober
+    del engine
+    gc.collect()
+    assert all(m.closed for m in members.values())
+    prober.join(30)
+    assert not prober.is_alive()
+
+
+def test_async_health_probes_every_server(
+    fleet: FleetEngine, members: dict[str, FakeMember]
+) -> None:
+    members[URLS[1]].down = True
+    assert asyncio.run(fleet.ahealth())
+    statuses = {s.url: s.status for s in fleet.servers()}
+    assert statuses == {URLS[0]: "healthy", URLS[1]: "ejected", URLS[2]: "healthy"}
