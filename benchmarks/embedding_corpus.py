@@ -312,14 +312,8 @@ def main() -> None:
                 flush=True,
             )
             turns = take_turns(engine, server, chunks, chats)
-            short_ours = short_server = 0.0
-            for round_ in range(SHORT_ROUNDS):
-                if round_ % 2 == 0:
-                    short_ours += timed(engine.embed, short)
-                    short_server += timed(server.embed, short)
-                else:
-                    short_server += timed(server.embed, short)
-                    short_ours += timed(engine.embed, short)
+            short_turns = take_turns(engine, server, [short] * SHORT_ROUNDS, chats=False)
+            short_ours, short_server = sum(short_turns["ours_s"]), sum(short_turns["server_s"])
         finally:
             server_process.close()
     if args.llama_bench:

@@ -276,6 +276,11 @@ def embedding_corpus_section(found: dict[str, dict[str, Any]], headline: list[st
             f"{settings.get('load_1min_after', '?')} after."
         )
     main = found.get("embedding_corpus")
+    if main is not None:
+        headline.append(
+            f"| corpus embedding tokens/s vs llama-server --embeddings | "
+            f"{main['ours_tps'] / main['server_tps']:.2f}x |"
+        )
     if main is not None and "chat_alone_tps" in main:
         lines += [
             "",
@@ -290,11 +295,6 @@ def embedding_corpus_section(found: dict[str, dict[str, Any]], headline: list[st
                 f"| {label} | {alone:.1f} | {during:.1f} | {during / alone:.2f}x "
                 f"({worst / alone:.2f}x) |"
             )
-    if main is not None:
-        headline.append(
-            f"| corpus embedding tokens/s vs llama-server --embeddings | "
-            f"{main['ours_tps'] / main['server_tps']:.2f}x |"
-        )
     return [*lines, ""]
 
 
