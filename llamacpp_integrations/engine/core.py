@@ -30,7 +30,7 @@ from .active import ActiveRequest
 from .config import EngineConfig
 from .draft_model import DraftModel
 from .embedder import EmbeddingContext
-from .embedding_queue import EmbeddingQueue, TimeShare
+from .embedding_work import EmbeddingWork
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .output import OutputProcessor
@@ -45,15 +45,6 @@ from .vision import VisionProjector
 __all__ = ["EngineCore", "StatsBoard"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
-
-# Tokens of one embedding decode while chats run: about a fifth of a second on a small model
-# and 2 CPU cores, a few generation steps' worth.
-EMBED_TOKENS_WHILE_CHATTING = 64
-# Tokens of one embedding decode on the CPU otherwise. On SmolLM2 with 2 threads, 256-token
-# decodes indexed mixed-length texts as fast as 512-token ones (286 against 281 tokens/s over
-# four interleaved rounds), and a chat that arrives mid-corpus waits half as long for them.
-EMBED_TOKENS_ON_CPU = 256
-
 
 class StatsBoard:
     """Where the worker publishes an engine's latest ``EngineStats`` for callers to read."""
@@ -86,10 +77,13 @@ class EngineCore:
         self._context: GenerationContext | None = None
         self.scheduler = Scheduler(config.n_seq_max, config.n_batch)
         self.active: dict[str, ActiveRequest] = {}
-        self.embeds = EmbeddingQueue()
         self._embedding_pooling = embedding_pooling
-        self._embedder: EmbeddingContext | None = None
-        self._share = TimeShare()
+        self.embeds = EmbeddingWork(
+            self._make_embedder,
+            n_ctx=config.embedding_n_ctx,
+            n_batch=config.n_batch,
+            on_cpu=model.n_gpu_layers == 0,
+        )
         self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
@@ -184,15 +178,8 @@ class EngineCore:
             start = time.perf_counter()
             self._step()
             self.publish()
-            self._share.chat(time.perf_counter() - start)
-        if self.embeds:
-            budget = self._embed_budget(chatting)
-            if self._share.embedding_may_run(chatting, self.embeds.next_decode_tokens(budget)):
-                start = time.perf_counter()
-                tokens = self._embed_step(budget)
-                self._share.embedded(time.perf_counter() - start, tokens)
-        if not (self.scheduler.running and self.embeds):
-            self._share.reset()  # credit only counts while both kinds of work wait
+            self.embeds.chat_stepped(time.perf_counter() - start)
+        self.embeds.step(chatting=chatting)
 
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
@@ -503,29 +490,8 @@ class EngineCore:
 
     # ---- embeddings -----------------------------------------------------------------------
 
-    def _embed_budget(self, chatting: bool) -> int:
-        """Tokens the next embedding decode may hold."""
-        # Packed to at most one micro-batch of tokens (n_batch), not the whole context: every
-        # token attends over all the cells of its decode, so on SmolLM2 512- and 1024-token
-        # decodes index a corpus 9-13% faster than 2048-token ones. On the CPU, smaller still
-        # (no slower, and a chat arriving mid-corpus waits less). While chats run, decodes are
-        # smaller again, so a stream never waits long between its tokens. A longer text still
-        # goes, alone.
-        budget = min(self.config.embedding_n_ctx, self.config.n_batch)
-        if self.model.n_gpu_layers == 0:
-            budget = min(budget, EMBED_TOKENS_ON_CPU)
-        if chatting:
-            budget = min(budget, EMBED_TOKENS_WHILE_CHATTING)
-        return budget
-
-    def _embed_step(self, budget: int) -> int:
-        """Embed one batch, texts from the oldest jobs packed into ``budget`` tokens; returns
-        the tokens decoded."""
-        embedder = self._embedder or self._make_embedder()
-        return self.embeds.step(embedder.embed, max_tokens=budget, max_texts=embedder.n_seq_max)
-
     def _make_embedder(self) -> EmbeddingContext:
-        self._embedder = EmbeddingContext(
+        return EmbeddingContext(
             self.model,
             pooling=self._embedding_pooling,
             n_ctx=self.config.embedding_n_ctx,
@@ -533,7 +499,6 @@ class EngineCore:
             n_threads=self.config.threads,
             tuning=self.config,
         )
-        return self._embedder
 
     # ---- shutdown -------------------------------------------------------------------------
 
@@ -547,9 +512,7 @@ class EngineCore:
             self._refuse(request, EngineClosedError(reason, request_id=request.request_id))
         for active in list(self.active.values()):
             self._finish(active, "error", error=EngineClosedError(reason))
-        self.embeds.fail_all(lambda: EngineClosedError(reason))
-        if self._embedder is not None:
-            self._embedder.close()
+        self.embeds.close(lambda: EngineClosedError(reason))
         if self._context is not None:
             self._context.close()
         if self.speculation is not None:

@@ -19,7 +19,7 @@ from ..errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
 from .embedding_packing import PendingTexts
 from .requests import EmbedJob
 
-__all__ = ["EmbedFn", "EmbeddingQueue", "TimeShare"]
+__all__ = ["EmbedFn", "EmbeddingQueue"]
 
 EmbedFn = Callable[[list[Sequence[int]]], list[npt.NDArray[np.float32]]]
 
@@ -143,41 +143,3 @@ def _joined(progress: _Progress) -> list[list[float]]:
         start += count
     return out
 
-
-class TimeShare:
-    """Gives embedding decodes at most a share of the worker's time while chats wait too.
-
-    An embedding decode takes far longer than one generation step, so alternating one of each
-    would leave chats a small fraction of the time. Instead an embedding decode runs only if,
-    counting what it is expected to take, embedding stays within ``embedding_share`` of the time
-    spent since both started waiting (a third by default): streams keep about two thirds of
-    their speed, and the corpus goes on in the remaining third. Counting the decode before it
-    runs (from the seconds per token the last one took) matters for long texts: otherwise a
-    chat's first step would be followed at once by a decode of a whole long text, a stall of a
-    second or more that a short answer never makes up for.
-    """
-
-    def __init__(self, embedding_share: float = 1 / 3) -> None:
-        if not 0.0 < embedding_share < 1.0:
-            raise ValueError("embedding_share must be between 0 and 1")
-        # Embedding may run while embed_s <= ratio * chat_s, i.e. share = ratio / (1 + ratio).
-        self._ratio = embedding_share / (1.0 - embedding_share)
-        self._chat_s = 0.0
-        self._embed_s = 0.0
-        self._seconds_per_token = 0.0  # of the last embedding decode; kept across resets
-
-    def chat(self, seconds: float) -> None:
-        self._chat_s += seconds
-
-    def embedded(self, seconds: float, tokens: int = 0) -> None:
-        self._embed_s += seconds
-        if tokens > 0:
-            self._seconds_per_token = seconds / tokens
-
-    def embedding_may_run(self, chatting: bool, tokens: int = 0) -> bool:
-        """Whether an embedding decode of ``tokens`` tokens may run now."""
-        expected = tokens * self._seconds_per_token
-        return not chatting or self._embed_s + expected <= self._ratio * self._chat_s
-
-    def reset(self) -> None:
-        self._chat_s = self._embed_s = 0.0

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-import pytest
 
 from llamacpp_integrations.client.embedding_prefixes import Prefixes, prefixes_for
 from llamacpp_integrations.engine.channel import EventChannel
@@ -144,57 +143,6 @@ def test_chunks_are_averaged_by_their_tokens() -> None:
     queue.step(embed, max_tokens=100, max_texts=8)
     got = channel.get(lambda: True)
     assert got == [[0.75, 1.0], [2.0, 2.0]]
-
-
-def test_time_share_gives_embeddings_a_third_of_the_worker_while_chats_run() -> None:
-    from llamacpp_integrations.engine.embedding_queue import TimeShare
-
-    share = TimeShare()
-    assert share.embedding_may_run(chatting=False)
-    share.chat(0.05)
-    assert share.embedding_may_run(chatting=True)
-    share.embedded(1.0)  # one long embedding decode...
-    runs = 0
-    while not share.embedding_may_run(chatting=True):
-        share.chat(0.05)  # ...is followed by chat steps worth twice as much time
-        runs += 1
-    assert runs == 39
-    share.reset()
-    assert share.embedding_may_run(chatting=True)
-
-
-def test_time_share_takes_the_share_asked_for() -> None:
-    from llamacpp_integrations.engine.embedding_queue import TimeShare
-
-    share = TimeShare(embedding_share=0.5)
-    share.chat(0.05)
-    share.embedded(1.0)
-    runs = 0
-    while not share.embedding_may_run(chatting=True):
-        share.chat(0.05)
-        runs += 1
-    assert runs == 19
-    with pytest.raises(ValueError):
-        TimeShare(embedding_share=1.0)
-
-
-def test_time_share_counts_a_decode_before_it_runs() -> None:
-    from llamacpp_integrations.engine.embedding_queue import TimeShare
-
-    share = TimeShare()
-    share.embedded(0.5, tokens=100)  # idle: 5 ms per token, no chat yet
-    share.reset()
-    share.chat(0.05)  # a chat's first step
-    # A long text alone (400 tokens, about 2 s) waits until the chat has had twice that...
-    assert not share.embedding_may_run(chatting=True, tokens=400)
-    # ...while a small decode (64 tokens, 0.32 s) may go once the chat has had 0.64 s.
-    assert not share.embedding_may_run(chatting=True, tokens=64)
-    share.chat(0.6)
-    assert share.embedding_may_run(chatting=True, tokens=64)
-    assert not share.embedding_may_run(chatting=True, tokens=400)
-    share.chat(3.4)
-    assert share.embedding_may_run(chatting=True, tokens=400)
-    assert share.embedding_may_run(chatting=False, tokens=10_000)
 
 
 def test_the_next_decode_is_the_budget_or_a_longer_text_alone() -> None:

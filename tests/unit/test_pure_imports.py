@@ -26,6 +26,7 @@ PURE_MODULES = [
     "llamacpp_integrations.engine.prompt_disk_cache",
     "llamacpp_integrations.engine.speculative",
     "llamacpp_integrations.engine.embedding_queue",
+    "llamacpp_integrations.engine.embedding_work",
     "llamacpp_integrations.engine.inbox",
     "llamacpp_integrations.engine.interface",
     "llamacpp_integrations.engine.logprobs",
