@@ -16,48 +16,39 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections import OrderedDict
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
-from ..engine.chat_template import ChatTemplate, strip_leading_bos, template_inputs
 from ..engine.interface import PromptRequest
-from ..engine.media import flatten_parts, has_images, require_image
 from ..engine.types import (
     ChatRequest,
     Completion,
     CompletionRequest,
     EngineStats,
     GenerationRequest,
-    ImageInput,
     ModelInfo,
     StreamChunk,
 )
 from ..errors import (
-    ChatTemplateError,
     ContextOverflowError,
     EngineClosedError,
-    ImageInputNotSupportedError,
     InvalidRequestError,
     LlamaCppIntegrationError,
-    RequestTimeoutError,
-    ServerUnavailableError,
 )
 from .builds import check_build
-from .chunks import ChunkReader
 from .collect import acollect, collect
 from .embeddings import RemoteEmbeddings
 from .payload import completion_body
+from .prompts import RemotePrompts
 from .server_info import ServerDescription, describe_server, parse_metrics, stats_from
-from .transport import Transport, error_for_status, parse_event
+from .stream_reading import StreamReading
+from .transport import Transport
 
 __all__ = ["RemoteEngine"]
 
-TEMPLATE_CACHE_SIZE = 8
 HEALTH_TIMEOUT = 5.0
 
 
@@ -106,9 +97,7 @@ class RemoteEngine:
         )
         self._lock = threading.Lock()
         self._desc: ServerDescription | None = None
-        self._template: ChatTemplate | None = None
-        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
-        self._adds_bos = False
+        self._prompts = RemotePrompts(self.base_url, self._gen)
         self._embeddings = RemoteEmbeddings(
             self._emb, self.embeddings_url, allow_untested_build=allow_untested_build
         )
@@ -173,12 +162,7 @@ class RemoteEngine:
                     props.get("build_info"), self.base_url, allow_untested=self.allow_untested_build
                 )
                 desc = describe_server(self.base_url, props, self._gen.get_json("/v1/models"))
-                # Whether the vocabulary adds BOS: then a template's printed BOS is dropped, as
-                # the local engine does, so the prompt does not start with two.
-                self._adds_bos = bool(self._gen.tokenize("", add_special=True, parse_special=False))
-                template = desc.info.chat_template
-                if template:
-                    self._template = self._compile(template, desc)
+                self._prompts.learn(desc)
                 self._desc = desc
             return self._desc
 
@@ -226,94 +210,14 @@ class RemoteEngine:
         self._server()
         return str(self._gen.post_json("/detokenize", {"tokens": list(tokens)})["content"])
 
-    def _compile(self, source: str, desc: ServerDescription) -> ChatTemplate:
-        return ChatTemplate(source, bos_token=desc.bos_token, eos_token=desc.eos_token)
-
-    def _template_for(self, request: ChatRequest, desc: ServerDescription) -> ChatTemplate:
-        source = request.chat_template
-        if source is None:
-            if self._template is None:
-                raise ChatTemplateError(
-                    f"the model at {self.base_url} has no chat template: pass chat_template= "
-                    "or use a CompletionRequest for raw text",
-                    request_id=request.request_id,
-                )
-            return self._template
-        with self._lock:
-            template = self._templates.get(source)
-            if template is None:
-                template = self._templates[source] = self._compile(source, desc)
-                while len(self._templates) > TEMPLATE_CACHE_SIZE:
-                    self._templates.popitem(last=False)
-            else:
-                self._templates.move_to_end(source)
-            return template
-
-    def _render(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
-        desc = self._server()
-        template = self._template_for(request, desc)
-        messages, kwargs = template_inputs(request)
-        if not messages:
-            raise InvalidRequestError(
-                "a chat needs at least one message", request_id=request.request_id
-            )
-        marker = self._require_images(request, desc) if has_images(request) else None
-        messages, images = flatten_parts(messages, marker)
-        text = template.render(
-            messages,
-            add_generation_prompt=request.add_generation_prompt,
-            tools=list(request.tools) if request.tools is not None else None,
-            **kwargs,
-        )
-        return (strip_leading_bos(text, desc.bos_token) if self._adds_bos else text), images
-
-    def _require_images(self, request: GenerationRequest, desc: ServerDescription) -> str:
-        if desc.media_marker is None:
-            raise ImageInputNotSupportedError(
-                f"the server at {self.base_url} has no image projector (start it with --mmproj)",
-                request_id=request.request_id,
-            )
-        return desc.media_marker
-
     def render_chat(self, request: ChatRequest) -> str:
         """The prompt text a chat request becomes (images as the server's media marker)."""
-        return self._render(request)[0]
-
-    def _prompt(self, request: PromptRequest) -> tuple[str | list[int], list[ImageInput]]:
-        """The prompt as the server takes it: text (BOS added there), or token ids."""
-        desc = self._server()
-        if isinstance(request, ChatRequest):
-            text, images = self._render(request)
-            return text, images
-        if not isinstance(request.prompt, str):
-            tokens = list(request.prompt)
-            n_vocab = desc.info.n_vocab
-            bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < n_vocab]
-            if bad:
-                raise InvalidRequestError(
-                    f"prompt token ids outside the vocabulary: {bad[:5]}",
-                    request_id=request.request_id,
-                )
-            if request.images:
-                raise InvalidRequestError(
-                    "images need a text prompt that places them with media_marker, not token ids",
-                    request_id=request.request_id,
-                )
-            return tokens, []
-        if request.images:
-            marker = self._require_images(request, desc)
-            images = [require_image(i, "images[]") for i in request.images]
-            _check_markers(request.prompt, marker, len(images), request.request_id)
-            return request.prompt, images
-        if not request.add_bos and self._adds_bos:
-            # The server adds BOS to text: send the tokens, without it.
-            return self._gen.tokenize(request.prompt, add_special=False, parse_special=True), []
-        return request.prompt, []
+        return self._prompts.render(request, self._server())[0]
 
     def count_prompt_tokens(self, request: PromptRequest) -> int:
         """The prompt's text tokens. Images are not counted (the server does not say how many
         embeddings an image becomes before the request runs)."""
-        prompt, _ = self._prompt(request)
+        prompt, _ = self._prompts.prompt(request, self._server())
         if isinstance(prompt, list):
             return len(prompt)
         return len(self._gen.tokenize(prompt, add_special=True, parse_special=True))
@@ -342,7 +246,7 @@ class RemoteEngine:
                 n_ctx=n_ctx,
                 request_id=request.request_id,
             )
-        prompt, images = self._prompt(request)
+        prompt, images = self._prompts.prompt(request, desc)
         if not prompt:
             raise InvalidRequestError("the prompt is empty", request_id=request.request_id)
         return completion_body(request, prompt, images)
@@ -351,80 +255,39 @@ class RemoteEngine:
         """Chunks as the server streams them; leaving the loop early closes the stream, and
         the server aborts the request."""
         body = self._body(request)
-        reader = ChunkReader(request)
-        deadline = _deadline(request)
+        reading = StreamReading(request, self._gen)
         with self._gen.stream(
             "/completion", body, timeout=request.timeout, request_id=request.request_id
         ) as response:
             try:
                 for line in response.iter_lines():
-                    chunk = self._read(line, reader, deadline)
+                    chunk = reading.read(line)
                     if chunk is not None:
-                        reader.delivered += 1
                         yield chunk
                         if chunk.finish_reason is not None:
                             return
             except httpx.HTTPError as exc:
-                raise self._stream_error(exc, reader) from exc
-        raise self._cut_short(reader)
+                raise reading.failed(exc) from exc
+        raise reading.cut_short()
 
     async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
         """Async ``stream``; closing the generator or cancelling the task aborts the request."""
         await self._aserver()
         body = await asyncio.to_thread(self._body, request)
-        reader = ChunkReader(request)
-        deadline = _deadline(request)
+        reading = StreamReading(request, self._gen)
         async with self._gen.astream(
             "/completion", body, timeout=request.timeout, request_id=request.request_id
         ) as response:
             try:
                 async for line in response.aiter_lines():
-                    chunk = self._read(line, reader, deadline)
+                    chunk = reading.read(line)
                     if chunk is not None:
-                        reader.delivered += 1
                         yield chunk
                         if chunk.finish_reason is not None:
                             return
             except httpx.HTTPError as exc:
-                raise self._stream_error(exc, reader) from exc
-        raise self._cut_short(reader)
-
-    def _read(self, line: str, reader: ChunkReader, deadline: float | None) -> StreamChunk | None:
-        request_id = reader.request.request_id
-        if deadline is not None and time.monotonic() > deadline:
-            raise RequestTimeoutError(
-                "the request timed out", request_id=request_id, partial_text=reader.text
-            )
-        event = parse_event(line)
-        if event is None:
-            return None
-        if "error" in event:
-            error = event["error"]
-            code = int(error.get("code", 500)) if isinstance(error, Mapping) else 500
-            raise error_for_status(
-                code,
-                event,
-                url=self.base_url,
-                delivered=reader.delivered > 0,
-                request_id=request_id,
-            )
-        return reader.read(event)
-
-    def _stream_error(self, exc: httpx.HTTPError, reader: ChunkReader) -> LlamaCppIntegrationError:
-        error = self._gen.stream_error(
-            exc, delivered=reader.delivered > 0, request_id=reader.request.request_id
-        )
-        if isinstance(error, RequestTimeoutError):
-            error.partial_text = reader.text
-        return error
-
-    def _cut_short(self, reader: ChunkReader) -> ServerUnavailableError:
-        return ServerUnavailableError(
-            "the stream ended before its last event",
-            url=self.base_url,
-            retryable=reader.delivered == 0,
-            request_id=reader.request.request_id,
-        )
+                raise reading.failed(exc) from exc
+        raise reading.cut_short()
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Run a request to the end; raises the request's typed error if it fails."""
@@ -467,25 +330,6 @@ class RemoteEngine:
         return await self._embeddings.aembed(
             texts, normalize=normalize, truncate=truncate, timeout=timeout
         )
-
-
-def _check_markers(prompt: str, marker: str, n_images: int, request_id: str) -> None:
-    """What libmtmd checks in the local engine: one marker per image, text after the last."""
-    count = prompt.count(marker)
-    if count != n_images:
-        raise InvalidRequestError(
-            f"the prompt places {count} image(s) but {n_images} were given", request_id=request_id
-        )
-    if prompt.rstrip().endswith(marker):
-        raise InvalidRequestError(
-            "the prompt ends with an image: text must follow it (the model reads the answer's "
-            "first token off the last text token)",
-            request_id=request_id,
-        )
-
-
-def _deadline(request: GenerationRequest) -> float | None:
-    return None if request.timeout is None else time.monotonic() + request.timeout
 
 
 def _healthy(response: httpx.Response) -> bool:
