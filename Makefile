@@ -93,6 +93,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/images.py --json $(RESULTS)/images.json
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
+	$(BIN)/python benchmarks/remote_embeddings.py --server $(LLAMA_SERVER) --json $(RESULTS)/remote_embeddings.json
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
 	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
 		--json $(RESULTS)/speculative.json
@@ -127,6 +128,7 @@ bench-server: models $(LLAMA_SERVER)
 # and the fleet's prompt-cache hit rate with affinity on and off (a few minutes).
 bench-remote: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
+	$(BIN)/python benchmarks/remote_embeddings.py --server $(LLAMA_SERVER) --json $(RESULTS)/remote_embeddings.json
 
 # The remote engine's tests (the "remote" variants, on a RemoteEngine) against live llama-servers
 # started on free loopback ports; `make test` replays them from tests/cassettes/ instead.

@@ -183,12 +183,7 @@ async def cache_run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--server",
-        default=os.environ.get(
-            "LLAMACPP_INTEGRATIONS_LLAMA_SERVER", ".cache/llama-server/build/bin/llama-server"
-        ),
-    )
+    parser.add_argument("--server", default=results.LLAMA_SERVER)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--levels", default="1,4,8,16")

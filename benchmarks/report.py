@@ -434,6 +434,40 @@ def remote_section(found: dict[str, dict[str, Any]], headline: list[str]) -> lis
     return [*lines, ""]
 
 
+def remote_embeddings_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    document = found.get("remote_embeddings")
+    if document is None:
+        return []
+    settings = document["settings"]
+    peers = document["peers"]
+    base = peers[0]["median_texts_per_s"]
+    lines = [
+        "Embeddings through an `--embeddings` llama-server: `langchain_openai.OpenAIEmbeddings` "
+        "on the server's `/v1/embeddings` (every text in one request), our `RemoteEngine` (one "
+        "text a request, one request at a time), and our local `Engine.embed` on the same GGUF "
+        f"for scale ({where(document)}; {settings['slots']} slots; {settings['texts']} texts of "
+        f"about {settings['words']} words; the median of {settings['rounds']} rounds taken in "
+        "turns). The last column compares each peer's vectors with each text embedded alone by "
+        "the server: texts the tested build embeds side by side get vectors that are not theirs.",
+        "",
+        "| peer | texts/s | vs `OpenAIEmbeddings` | lowest cosine to the text alone |",
+        "|---|---:|---:|---:|",
+    ]
+    for peer in peers:
+        rate = peer["median_texts_per_s"]
+        lines.append(
+            f"| {peer['peer']} | {rate:.1f} | {rate / base:.2f}x "
+            f"| {peer['lowest_cosine_to_alone']:.4f} |"
+        )
+    ours = peers[1]
+    headline.append(
+        "| remote embeddings texts/s, `RemoteEngine` vs `OpenAIEmbeddings` on llama-server "
+        f"(lowest cosine to the text alone: {ours['lowest_cosine_to_alone']:.3f} vs "
+        f"{peers[0]['lowest_cosine_to_alone']:.3f}) | {ours['median_texts_per_s'] / base:.2f}x |"
+    )
+    return [*lines, ""]
+
+
 def serve_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
     document = found.get("serve")
     if document is None:
@@ -590,6 +624,7 @@ def render() -> str:
         *images_section(found, headline),
         *loop_section(found, headline),
         *remote_section(found, headline),
+        *remote_embeddings_section(found, headline),
         *serve_section(found, headline),
         *speculative_section(found, headline),
         *prompt_cache_section(found, headline),

@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# Where `make llama-server` builds llama.cpp's server, unless the environment names another.
+LLAMA_SERVER = os.environ.get(
+    "LLAMACPP_INTEGRATIONS_LLAMA_SERVER", ".cache/llama-server/build/bin/llama-server"
+)
 
 
 def cpu_name() -> str:

@@ -130,7 +130,9 @@ def remote_urls(
     request: pytest.FixtureRequest, smollm_path: Path, projector: Path
 ) -> Iterator[tuple[str, str]]:
     """A generation server (4 slots of 1024 tokens, with the tiny projector) and an embeddings
-    server (mean pooling), or the recorded URLs when the cassettes answer."""
+    server (mean pooling; two slots, where requests sent together would get wrong vectors, so
+    the tests see the engine keep its own apart), or the recorded URLs when the cassettes
+    answer."""
     if not remote_is_live(request.config):
         yield RECORDED_URL, RECORDED_EMBEDDINGS_URL
         return

@@ -1,23 +1,40 @@
 """Embeddings from a llama-server started with ``--embeddings``: texts tokenized and held to
-what the server takes, then one ``/embeddings`` request per text."""
+what the server takes, then sent one text a request, one request at a time.
+
+One at a time because, with the tested server build, texts the server embeds side by side get
+vectors that are not theirs (cosine about 0.7 to the vector the text gets alone): several
+texts in one request, and equally single-text requests that arrive together in different
+slots. So every ``/embeddings`` request of one ``RemoteEmbeddings`` goes through a single
+sender thread, whatever the number of callers (threads or tasks) in the process; callers take
+turns text by text. Tokenizing runs no model and goes several requests at a time.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from ..engine.token_budget import fit_tokens
 from ..engine.types import new_request_id
-from ..errors import InvalidRequestError
+from ..errors import EngineClosedError, InvalidRequestError
 from .builds import check_build
+from .fan_out import amap_bounded, map_bounded
 from .transport import Transport
 
-__all__ = ["EMBEDDING_BATCH", "RemoteEmbeddings"]
+__all__ = ["EMBEDDING_BATCH", "TOKENIZE_CONCURRENCY", "RemoteEmbeddings"]
+
+log = logging.getLogger("llamacpp_integrations.remote")
 
 # llama-server embeds a text in one physical batch (-ub, 512 unless set): a longer input fails
 # there with a 500, so texts are held to this as well as to the slot's context.
 EMBEDDING_BATCH = 512
+# /tokenize requests in flight at once for one call.
+TOKENIZE_CONCURRENCY = 8
 
 
 class RemoteEmbeddings:
@@ -27,12 +44,21 @@ class RemoteEmbeddings:
         self._transport = transport
         self._url = url
         self._allow_untested_build = allow_untested_build
-        self._limit: int | None = None
-        self._bos: int | None = None
+        self._server: _EmbeddingServer | None = None
+        self._sender: ThreadPoolExecutor | None = None
+        self._sender_lock = threading.Lock()
+        self._closed = False
 
-    def _setup(self) -> tuple[int, int]:
-        """The server's per-text token limit and BOS id (read once)."""
-        if self._limit is None or self._bos is None:
+    def close(self) -> None:
+        """Stop the sender; texts not sent yet fail with ``EngineClosedError``."""
+        with self._sender_lock:
+            self._closed = True
+            if self._sender is not None:
+                self._sender.shutdown(wait=False, cancel_futures=True)
+
+    def _setup(self) -> _EmbeddingServer:
+        """What the server takes: read from ``/props`` once."""
+        if self._server is None:
             props = self._transport.get_json("/props")
             check_build(
                 props.get("build_info"), self._url, allow_untested=self._allow_untested_build
@@ -41,65 +67,132 @@ class RemoteEmbeddings:
             bos = self._transport.tokenize(
                 str(props.get("bos_token") or ""), add_special=False, parse_special=True
             )
-            self._bos = bos[0] if bos else 0
-            self._limit = min(n_ctx or EMBEDDING_BATCH, EMBEDDING_BATCH)
-        return self._limit, self._bos
+            slots = int(props.get("total_slots") or 1)
+            if slots > 1:
+                log.warning(
+                    "the embeddings server at %s has %d slots: texts it embeds side by side get "
+                    "wrong vectors, so this engine sends one at a time, but other clients of "
+                    "the server can still overlap with it; start the server with -np 1",
+                    self._url,
+                    slots,
+                )
+            self._server = _EmbeddingServer(
+                limit=min(n_ctx or EMBEDDING_BATCH, EMBEDDING_BATCH), bos=bos[0] if bos else 0
+            )
+        return self._server
+
+    async def _asetup(self) -> _EmbeddingServer:
+        if self._server is not None:
+            return self._server
+        return await asyncio.to_thread(self._setup)
+
+    def _fit(
+        self,
+        server: _EmbeddingServer,
+        index: int,
+        tokens: list[int],
+        truncate: bool,
+        request_id: str,
+    ) -> list[int]:
+        return fit_tokens(
+            tokens or [server.bos], server.limit, truncate=truncate, subject=f"text {index} has",
+            taker="the embeddings server takes",
+            hint="pass truncate=True, or raise its -c and -ub", request_id=request_id,
+        )  # fmt: skip
 
     def token_lists(self, texts: Sequence[str], truncate: bool, request_id: str) -> list[list[int]]:
         """Each text's tokens, within the server's limit (or ``ContextOverflowError``)."""
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-            raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
-        if not texts:
-            raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
-        limit, bos = self._setup()
-        token_lists = []
-        for index, text in enumerate(texts):
-            tokens = self._transport.tokenize(text, add_special=True, parse_special=False)
-            token_lists.append(
-                fit_tokens(
-                    tokens or [bos], limit, truncate=truncate, subject=f"text {index} has",
-                    taker="the embeddings server takes",
-                    hint="pass truncate=True, or raise its -c and -ub", request_id=request_id,
+        _check_texts(texts, request_id)
+        server = self._setup()
+
+        def tokens_of(index: int) -> list[int]:
+            tokens = self._transport.tokenize(texts[index], add_special=True, parse_special=False)
+            return self._fit(server, index, tokens, truncate, request_id)
+
+        return map_bounded(tokens_of, range(len(texts)), TOKENIZE_CONCURRENCY)
+
+    async def atoken_lists(
+        self, texts: Sequence[str], truncate: bool, request_id: str
+    ) -> list[list[int]]:
+        """Async ``token_lists``."""
+        _check_texts(texts, request_id)
+        server = await self._asetup()
+
+        async def tokens_of(index: int) -> list[int]:
+            tokens = await self._transport.atokenize(
+                texts[index], add_special=True, parse_special=False
+            )
+            return self._fit(server, index, tokens, truncate, request_id)
+
+        return await amap_bounded(tokens_of, range(len(texts)), TOKENIZE_CONCURRENCY)
+
+    def _send(
+        self, tokens: list[int], normalize: bool, timeout: float | None, request_id: str
+    ) -> Future[list[float]]:
+        """Queue one text's request on the sender thread."""
+
+        def post() -> list[float]:
+            body = request_body(tokens, normalize)
+            answer = self._transport.post_json(
+                "/embeddings", body, timeout=timeout, request_id=request_id
+            )
+            return vector_of(answer)
+
+        with self._sender_lock:
+            if self._closed:
+                raise EngineClosedError("the engine is closed", request_id=request_id)
+            if self._sender is None:
+                self._sender = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="llamacpp-remote-embeddings"
                 )
-            )  # fmt: skip
-        return token_lists
+            return self._sender.submit(post)
 
     def embed(
         self, texts: Sequence[str], *, normalize: bool, truncate: bool, timeout: float | None
     ) -> list[list[float]]:
         request_id = new_request_id()
-        return [
-            vector_of(
-                self._transport.post_json(
-                    "/embeddings",
-                    request_body(tokens, normalize),
-                    timeout=timeout,
-                    request_id=request_id,
-                )
-            )
-            for tokens in self.token_lists(texts, truncate, request_id)
-        ]
+        vectors = []
+        for tokens in self.token_lists(texts, truncate, request_id):
+            sent = self._send(tokens, normalize, timeout, request_id)
+            try:
+                vectors.append(sent.result())
+            except CancelledError:  # only ``close`` cancels a queued text of a sync caller
+                raise EngineClosedError("the engine is closed", request_id=request_id) from None
+        return vectors
 
     async def aembed(
         self, texts: Sequence[str], *, normalize: bool, truncate: bool, timeout: float | None
     ) -> list[list[float]]:
         request_id = new_request_id()
-        token_lists = await asyncio.to_thread(self.token_lists, texts, truncate, request_id)
-        vectors: list[list[float]] = []
-        for tokens in token_lists:
-            row = await self._transport.apost_json(
-                "/embeddings",
-                request_body(tokens, normalize),
-                timeout=timeout,
-                request_id=request_id,
-            )
-            vectors.append(vector_of(row))
+        vectors = []
+        for tokens in await self.atoken_lists(texts, truncate, request_id):
+            sent = self._send(tokens, normalize, timeout, request_id)
+            try:
+                # Cancelling the task drops a text not sent yet; one being sent completes.
+                vectors.append(await asyncio.wrap_future(sent))
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the caller's own cancellation
+                raise EngineClosedError("the engine is closed", request_id=request_id) from None
         return vectors
 
 
+@dataclass(frozen=True)
+class _EmbeddingServer:
+    limit: int  # tokens a text may have
+    bos: int  # what an empty text is sent as
+
+
+def _check_texts(texts: Sequence[str], request_id: str) -> None:
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise InvalidRequestError("texts must be a list of strings", request_id=request_id)
+    if not texts:
+        raise InvalidRequestError("texts is empty: nothing to embed", request_id=request_id)
+
+
 def request_body(tokens: list[int], normalize: bool) -> dict[str, Any]:
-    """One text a request: with the tested server build the vectors of a several-text request
-    did not all match their texts (a text's vector differed from the one it gets alone)."""
+    """The ``/embeddings`` request of one text (see the module's note on why one)."""
     return {"content": tokens, "embd_normalize": 2 if normalize else -1}
 
 

@@ -117,6 +117,7 @@ class RemoteEngine:
         """Close the connection pools; later calls raise ``EngineClosedError``. Requests being
         streamed end with the error their closed connection gives."""
         self._closed = True
+        self._embeddings.close()
         self._gen.close()
         if self._emb is not self._gen:
             self._emb.close()

@@ -42,7 +42,7 @@ from ..engine.types import (
 from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
 from .affinity import affinity_key
 from .collect import acollect, collect
-from .health_probes import HealthProber, aprobe, safe_health
+from .health_probes import HealthProber, aprobe, probe
 from .routing import Router, ServerState
 
 __all__ = ["FleetEngine", "FleetStats", "MemberEngine"]
@@ -217,10 +217,9 @@ class FleetEngine:
         return self._router.pick(affinity_key(request))
 
     def health(self) -> bool:
-        """Probe every server now; True when at least one is healthy."""
+        """Probe every server now, at once; True when at least one is healthy."""
         self._check_open()
-        for url, member in self._members.items():
-            self._router.probe_result(url, safe_health(member))
+        probe(self._router, self._members, list(self._members))
         return bool(self._router.healthy())
 
     async def ahealth(self) -> bool:
@@ -370,8 +369,7 @@ class FleetEngine:
         return url
 
     def _probe_due(self) -> None:
-        for url in self._router.due_probes():
-            self._router.probe_result(url, safe_health(self._members[url]))
+        probe(self._router, self._members, self._router.due_probes())
 
     def _exhausted(self, tried: set[str]) -> ServerUnavailableError:
         states = ", ".join(f"{s.url} ({s.status}: {s.last_error})" for s in self.servers())

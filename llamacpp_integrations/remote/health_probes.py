@@ -21,9 +21,10 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from .fan_out import map_bounded
 from .routing import Router
 
-__all__ = ["HealthProber", "Probed", "aprobe", "safe_ahealth", "safe_health"]
+__all__ = ["HealthProber", "Probed", "aprobe", "probe", "safe_ahealth", "safe_health"]
 
 MAX_CONCURRENT_PROBES = 8
 
@@ -54,6 +55,16 @@ async def safe_ahealth(member: Probed) -> bool:
         return bool(await member.ahealth())
     except Exception:
         return False
+
+
+def probe(router: Router, members: Mapping[str, Probed], urls: Iterable[str]) -> None:
+    """Probe ``urls`` at once (up to ``MAX_CONCURRENT_PROBES`` threads) and wait for them all,
+    giving the router each result as soon as it is known."""
+
+    def probe_one(url: str) -> None:
+        router.probe_result(url, safe_health(members[url]))
+
+    map_bounded(probe_one, list(urls), MAX_CONCURRENT_PROBES)
 
 
 async def aprobe(router: Router, members: Mapping[str, Probed], urls: Iterable[str]) -> None:

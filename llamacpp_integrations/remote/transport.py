@@ -246,6 +246,11 @@ class Transport:
         body = {"content": text, "add_special": add_special, "parse_special": parse_special}
         return [int(t) for t in self.post_json("/tokenize", body)["tokens"]]
 
+    async def atokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Async ``tokenize``."""
+        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
+        return [int(t) for t in (await self.apost_json("/tokenize", body))["tokens"]]
+
     # ---- streams ------------------------------------------------------------------------------
 
     @contextmanager

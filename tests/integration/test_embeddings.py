@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,19 @@ def test_batched_equals_one_by_one(any_engine: InferenceEngine) -> None:
         alone = engine.embed([text])[0]
         assert _cosine(alone, vector) > 0.999
         assert max(abs(a - b) for a, b in zip(alone, vector, strict=True)) < 1e-2
+
+
+async def test_concurrent_callers_get_their_own_texts_vectors(any_engine: InferenceEngine) -> None:
+    # llama-server (tested build) gives texts it embeds side by side in different slots wrong
+    # vectors; the remote engine sends one at a time, so callers at once still get their own.
+    engine = any_engine
+    alone = [engine.embed([text])[0] for text in TEXTS]
+    gathered = await asyncio.gather(*(engine.aembed([text]) for text in TEXTS))
+    with ThreadPoolExecutor(max_workers=len(TEXTS)) as pool:
+        threaded = list(pool.map(lambda text: engine.embed([text, text]), TEXTS))
+    for expected, [from_task], pair in zip(alone, gathered, threaded, strict=True):
+        assert _cosine(expected, from_task) > 0.999
+        assert all(_cosine(expected, vector) > 0.999 for vector in pair)
 
 
 def test_many_texts_span_several_batches(any_engine: InferenceEngine) -> None:

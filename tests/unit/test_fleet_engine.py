@@ -628,3 +628,28 @@ def test_async_health_probes_every_server(
     assert asyncio.run(fleet.ahealth())
     statuses = {s.url: s.status for s in fleet.servers()}
     assert statuses == {URLS[0]: "healthy", URLS[1]: "ejected", URLS[2]: "healthy"}
+
+
+class MeetingMember(FakeMember):
+    """A server whose probe answers only once every server's probe is running."""
+
+    def __init__(self, url: str, meeting: threading.Barrier) -> None:
+        super().__init__(url)
+        self.meeting = meeting
+
+    def health(self) -> bool:
+        self.meeting.wait()  # breaks (BrokenBarrierError) if the probes run one at a time
+        return super().health()
+
+
+def test_sync_health_probes_every_server_at_once() -> None:
+    meeting = threading.Barrier(len(URLS), timeout=30)
+    members = {url: MeetingMember(url, meeting) for url in URLS}
+    members[URLS[1]].down = True
+    engine = FleetEngine.from_engines(members, probe_interval=3600)
+    try:
+        assert engine.health()
+        statuses = {s.url: s.status for s in engine.servers()}
+        assert statuses == {URLS[0]: "healthy", URLS[1]: "ejected", URLS[2]: "healthy"}
+    finally:
+        engine.close()

@@ -1,0 +1,50 @@
+"""Run one call per item, at most ``limit`` at a time, results in the items' order.
+
+For requests a server serves side by side (llama-server's slots): sent one after another, each
+waits for the last and the server decodes one at a time. The first failure is raised; calls not
+yet started are dropped, and running ones are awaited (threads) or cancelled (asyncio) before
+it is, so nothing keeps talking to the server behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+__all__ = ["amap_bounded", "map_bounded"]
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def map_bounded(call: Callable[[Item], Result], items: Sequence[Item], limit: int) -> list[Result]:
+    """``[call(item) for item in items]``, on up to ``limit`` threads at once."""
+    if limit <= 1 or len(items) <= 1:
+        return [call(item) for item in items]
+    pool = ThreadPoolExecutor(max_workers=min(limit, len(items)))
+    try:
+        futures = [pool.submit(call, item) for item in items]
+        return [future.result() for future in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def amap_bounded(
+    call: Callable[[Item], Awaitable[Result]], items: Sequence[Item], limit: int
+) -> list[Result]:
+    """Async ``map_bounded``: up to ``limit`` calls awaited at once."""
+    gate = asyncio.Semaphore(max(1, limit))
+
+    async def gated(item: Item) -> Result:
+        async with gate:
+            return await call(item)
+
+    tasks = [asyncio.ensure_future(gated(item)) for item in items]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
