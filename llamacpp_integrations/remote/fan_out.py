@@ -1,9 +1,9 @@
 """Run one call per item, at most ``limit`` at a time, results in the items' order.
 
-For requests a server serves side by side (llama-server's slots): sent one after another, each
-waits for the last and the server decodes one at a time. The first failure is raised; calls not
+For independent requests that run no model (``/tokenize``, ``/health``): sent one after
+another, each would wait out the last one's round trip. The first failure is raised; calls not
 yet started are dropped, and running ones are awaited (threads) or cancelled (asyncio) before
-it is, so nothing keeps talking to the server behind the caller's back.
+it is, so nothing keeps talking to a server behind the caller's back.
 """
 
 from __future__ import annotations
