@@ -47,7 +47,7 @@ import results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, Engine
-from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
 from tests.fixtures.llama_servers import LlamaServerProcess
 

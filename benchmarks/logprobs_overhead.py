@@ -32,7 +32,7 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     SamplingParams,
 )
-from llamacpp_integrations.engine.logprobs import LogprobComputer
+from llamacpp_integrations.engine.worker.logprobs import LogprobComputer
 
 
 def per_token_ms(engine: Engine, max_tokens: int, logprobs: int | None) -> float:

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import results
 
-from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
 from llamacpp_integrations.models import read_gguf_info, resolve_model_path
 
 QUESTIONS = [

@@ -42,7 +42,7 @@ from llamacpp_integrations.engine import (
     EngineStats,
     SamplingParams,
 )
-from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
 from llamacpp_integrations.tools.structured import constrain
 

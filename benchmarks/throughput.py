@@ -56,7 +56,7 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     SamplingParams,
 )
-from llamacpp_integrations.engine.runner import cpu_advertises_amx
+from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
 
 QUESTIONS = [
     "What is the capital of France?",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from .engine.host import loaded_weights
+from .engine.worker.host import loaded_weights
 
 __all__ = ["run_demo"]
 

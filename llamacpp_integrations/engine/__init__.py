@@ -9,22 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..prompts.media import ImageInput
+from ..prompts.reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .channel import RequestHandle
 from .config import EngineConfig, LoraAdapter, WeightsKey
 from .interface import ChatRenderer, ChunkingEngine, InferenceEngine, RerankingEngine
-from .reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .registry import engine_for, live_engines, shared_engine
-from .types import (
-    ChatMessage,
-    ChatRequest,
+from .results import (
     Completion,
-    CompletionRequest,
     EngineStats,
     FinishReason,
-    GenerationRequest,
-    ImageInput,
     ModelInfo,
-    SamplingParams,
     SlotStats,
     StreamChunk,
     Timings,
@@ -32,6 +27,7 @@ from .types import (
     TopLogprob,
     Usage,
 )
+from .types import ChatMessage, ChatRequest, CompletionRequest, GenerationRequest, SamplingParams
 
 if TYPE_CHECKING:
     from .engine import Engine

@@ -1,11 +1,12 @@
-"""One sequence's share of a batched decode: the plan the scheduler makes and the runner runs."""
+"""One sequence's share of a batched decode: the plan the scheduler makes and the runner runs;
+and how far two token sequences agree, which decides what cached cells a sequence can keep."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchEntry"]
+__all__ = ["BatchEntry", "common_prefix"]
 
 
 @dataclass
@@ -25,3 +26,12 @@ class BatchEntry:
     logits_index: int = -1
     logits_all: bool = False
     first_index: int = -1
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

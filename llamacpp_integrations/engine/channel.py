@@ -15,7 +15,7 @@ import queue
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from ..errors import EngineClosedError, RequestCancelledError
-from .types import Completion, StreamChunk, TokenLogprob
+from .results import Completion, StreamChunk, TokenLogprob
 
 __all__ = ["EventChannel", "RequestHandle"]
 

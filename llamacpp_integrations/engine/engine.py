@@ -22,21 +22,16 @@ from ..errors import EngineClosedError, InvalidRequestError, ModelLoadError
 from ..models import GGUFInfo, read_gguf_info
 from .channel import EventChannel, RequestHandle
 from .config import EngineConfig
-from .embedder import POOLING_TYPES, RANK_POOLING
-from .host import Attachment, ModelHost, open_host
-from .inbox import Inbox
+from .embedding.job import EmbedJob
 from .interface import PromptRequest
+from .native.embedder import POOLING_TYPES, RANK_POOLING
 from .preprocess import Preprocessor, PromptLimits
-from .requests import EmbedJob, PreparedRequest
+from .results import Completion, EngineStats, ModelInfo, StreamChunk
 from .sizing import context_for
-from .types import (
-    ChatRequest,
-    Completion,
-    EngineStats,
-    GenerationRequest,
-    ModelInfo,
-    StreamChunk,
-)
+from .types import ChatRequest, GenerationRequest
+from .worker.host import Attachment, ModelHost, open_host
+from .worker.inbox import Inbox
+from .worker.requests import PreparedRequest
 
 __all__ = ["Engine"]
 

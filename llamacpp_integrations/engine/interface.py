@@ -15,14 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import Protocol, runtime_checkable
 
-from .types import (
-    ChatRequest,
-    Completion,
-    CompletionRequest,
-    GenerationRequest,
-    ModelInfo,
-    StreamChunk,
-)
+from .results import Completion, ModelInfo, StreamChunk
+from .types import ChatRequest, CompletionRequest, GenerationRequest
 
 __all__ = ["ChatRenderer", "ChunkingEngine", "InferenceEngine", "PromptRequest", "RerankingEngine"]
 

@@ -10,31 +10,29 @@ small LRU cache: a server passing arbitrary templates must not grow memory witho
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import (
-    ChatTemplateError,
     ContextOverflowError,
     ImageInputNotSupportedError,
     InvalidRequestError,
 )
+from ..prompts.chat_rendering import ChatTemplates
+from ..prompts.media import ImageInput, require_image
+from ..prompts.reasoning import ReasoningSpec, forced_end
+from ..prompts.token_budget import fit_tokens
 from .channel import EventChannel
-from .chat_template import ChatTemplate, strip_leading_bos, template_inputs
+from .embedding.job import EmbedJob
 from .interface import PromptRequest
-from .media import flatten_parts, has_images, require_image
-from .reasoning import ReasoningSpec, forced_end
-from .requests import EmbedJob, ForcedText, PreparedRequest
-from .runner import LoadedModel
-from .sampler import SamplerChain
-from .token_budget import fit_tokens
-from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput, new_request_id
-from .vision import MediaPrompt, VisionProjector
+from .native.runner import LoadedModel
+from .native.sampler import SamplerChain
+from .native.vision import MediaPrompt, VisionProjector
+from .types import ChatRequest, CompletionRequest, GenerationRequest, new_request_id
+from .worker.requests import ForcedText, PreparedRequest
 
 __all__ = ["Preprocessor", "PromptLimits"]
 
-TEMPLATE_CACHE_SIZE = 8
 _RERANK_OVERFLOW = {"taker": "the reranker takes", "hint": "pass truncate=True or shorten them"}
 
 
@@ -64,52 +62,20 @@ class Preprocessor:
         self._label = model_label
         self._bos_text = model.token_text(model.bos_token_id)
         self._eos_text = model.token_text(model.eos_token_id)
-        self._template = self._compile(template_source) if template_source else None
-        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
+        self._templates = ChatTemplates(
+            template_source,
+            bos_token=self._bos_text,
+            eos_token=self._eos_text,
+            adds_bos=model.adds_bos,
+            owner=f"model {model_label!r}",
+        )
 
     # ---- templates -------------------------------------------------------------------------
 
-    def _compile(self, source: str) -> ChatTemplate:
-        return ChatTemplate(source, bos_token=self._bos_text, eos_token=self._eos_text)
-
-    def _template_for(self, request: ChatRequest) -> ChatTemplate:
-        source = request.chat_template
-        if source is not None:
-            template = self._templates.get(source)
-            if template is None:
-                template = self._compile(source)
-                self._templates[source] = template
-                while len(self._templates) > TEMPLATE_CACHE_SIZE:
-                    self._templates.popitem(last=False)
-            else:
-                self._templates.move_to_end(source)
-            return template
-        if self._template is None:
-            raise ChatTemplateError(
-                f"model {self._label!r} has no chat template: pass chat_template= (engine or "
-                "request) or use a CompletionRequest for raw text",
-                request_id=request.request_id,
-            )
-        return self._template
-
     def render(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
         """The prompt text (images as the projector's marker) and the images in order."""
-        template = self._template_for(request)
-        messages, kwargs = template_inputs(request)
-        if not messages:
-            raise InvalidRequestError(
-                "a chat needs at least one message", request_id=request.request_id
-            )
-        marker = self._require_vision(request).marker if has_images(request) else None
-        messages, images = flatten_parts(messages, marker)
-        text = template.render(
-            messages,
-            add_generation_prompt=request.add_generation_prompt,
-            tools=list(request.tools) if request.tools is not None else None,
-            **kwargs,
-        )
-        text = strip_leading_bos(text, self._bos_text) if self._model.adds_bos else text
-        return text, images
+        marker = self._require_vision(request).marker if request.has_images() else None
+        return self._templates.render(request, marker=marker)
 
     def _require_vision(self, request: GenerationRequest) -> VisionProjector:
         if self._vision is None:
@@ -125,7 +91,7 @@ class Preprocessor:
     def tokenize_prompt(self, request: PromptRequest) -> tuple[list[int], MediaPrompt | None]:
         """The prompt in positions (image positions hold negative image keys), and its
         images' chunks when it has any (the caller closes them)."""
-        if has_images(request):
+        if request.has_images():
             return self._tokenize_media(request)
         if isinstance(request, ChatRequest):
             text, _ = self.render(request)

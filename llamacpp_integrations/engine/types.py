@@ -1,7 +1,8 @@
-"""Framework-neutral request and response types of the engine.
+"""Framework-neutral request types of the engine: what a caller asks for.
 
-Adapters translate LangChain / LlamaIndex objects into these and back; nothing here knows about
-either framework or about llama.cpp.
+Adapters translate LangChain / LlamaIndex objects into these (and the results in ``results.py``
+back); nothing here knows about either framework or about llama.cpp. ``ImageInput`` is defined
+with the prompts' media (``prompts/media.py``) and handed on here.
 """
 
 from __future__ import annotations
@@ -11,33 +12,23 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import InvalidRequestError
-from .reasoning import ReasoningSpec
+from ..prompts.media import ImageInput, messages_have_images
+from ..prompts.reasoning import ReasoningSpec
 
 __all__ = [
     "ChatMessage",
     "ChatRequest",
-    "Completion",
     "CompletionRequest",
-    "EngineStats",
-    "FinishReason",
     "GenerationRequest",
     "ImageInput",
-    "ModelInfo",
     "SamplingParams",
-    "SlotStats",
-    "StreamChunk",
-    "Timings",
-    "TokenLogprob",
-    "TopLogprob",
-    "Usage",
+    "new_request_id",
 ]
 
 MAX_TOP_LOGPROBS = 20
-
-FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 
 def new_request_id() -> str:
@@ -117,31 +108,6 @@ class SamplingParams:
             raise InvalidRequestError("; ".join(problems), request_id=request_id)
 
 
-@dataclass(frozen=True)
-class ImageInput:
-    """Decoded pixels of one image: ``width`` x ``height`` RGB888, rows top to bottom.
-
-    Build it with ``llamacpp_integrations.multimodal.load_image`` (which checks and decodes
-    untrusted sources) or directly from pixels you trust. In a chat it goes in a content part
-    ``{"type": "image", "image": ImageInput(...)}``.
-    """
-
-    width: int
-    height: int
-    rgb: bytes = field(repr=False)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.width, int) and isinstance(self.height, int)):
-            raise InvalidRequestError("image width and height must be integers")
-        if self.width < 1 or self.height < 1:
-            raise InvalidRequestError(f"image is {self.width}x{self.height}: it must not be empty")
-        if not isinstance(self.rgb, bytes) or len(self.rgb) != self.width * self.height * 3:
-            raise InvalidRequestError(
-                f"a {self.width}x{self.height} RGB image needs {self.width * self.height * 3} "
-                f"bytes of pixels"
-            )
-
-
 @dataclass(frozen=True, kw_only=True)
 class ChatMessage:
     """One chat turn, in the shape GGUF chat templates expect.
@@ -212,6 +178,10 @@ class GenerationRequest:
     reasoning: ReasoningSpec | None = None
     request_id: str = field(default_factory=new_request_id)
 
+    def has_images(self) -> bool:
+        """Whether the prompt carries any image."""
+        return False
+
     def validate_common(self, n_vocab: int) -> None:
         self.sampling.validate(n_vocab, self.request_id)
         problems: list[str] = []
@@ -279,6 +249,10 @@ class ChatRequest(GenerationRequest):
     tools: Sequence[Mapping[str, Any]] | None = None
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
+    def has_images(self) -> bool:
+        """Whether a message carries an image part (cheap: no rendering)."""
+        return messages_have_images(self.messages)
+
 
 @dataclass(frozen=True, kw_only=True)
 class CompletionRequest(GenerationRequest):
@@ -292,173 +266,5 @@ class CompletionRequest(GenerationRequest):
     add_bos: bool = True
     images: Sequence[ImageInput] = ()
 
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts of one request.
-
-    ``prompt_tokens`` counts every prompt token the model read, image embeddings included (
-    ``prompt_image_tokens`` of them); ``cached_prompt_tokens`` were reused from the KV cache.
-    ``reasoning_tokens`` are the completion tokens up to the one that ended a reasoning
-    model's thinking (a request with ``reasoning`` set).
-    """
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_prompt_tokens: int = 0
-    prompt_image_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True)
-class Timings:
-    """Seconds spent by one request: waiting for a slot, to its first token, and overall."""
-
-    queued_s: float
-    time_to_first_token_s: float | None
-    total_s: float
-    prompt_eval_s: float
-    generation_s: float
-
-
-@dataclass(frozen=True)
-class TopLogprob:
-    """One of the most likely tokens at a step, with its log-probability."""
-
-    token: str
-    token_id: int
-    logprob: float
-    bytes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """The log-probability of one generated token, and the most likely tokens at its step.
-
-    The probabilities are the model's own distribution: a softmax over the whole vocabulary of
-    the raw logits, before logit bias, penalties, temperature, truncation (top-k, top-p, min-p)
-    and grammar are applied. This is what llama.cpp's server reports for ``n_probs`` with
-    ``post_sampling_probs`` off. So a token picked by a sampler at high temperature, or forced by
-    a grammar, can have a low log-probability here, and the sampled token need not be ``top[0]``.
-
-    Attributes:
-        token: The token's text, decoded with ``errors="replace"`` (a token holding part of a
-            UTF-8 character shows U+FFFD here; ``bytes`` has the exact bytes). Control tokens are
-            rendered only when the request has ``special=True``, as in the answer's text.
-        token_id: The token's id in the model's vocabulary.
-        logprob: Natural logarithm of the token's probability (always <= 0).
-        bytes: The raw bytes of the token's text.
-        top: The ``logprobs`` most likely tokens at this step, most likely first (ties by token
-            id); empty when the request asked for ``logprobs=0``.
-    """
-
-    token: str
-    token_id: int
-    logprob: float
-    bytes: tuple[int, ...]
-    top: tuple[TopLogprob, ...] = ()
-
-
-@dataclass(frozen=True)
-class StreamChunk:
-    """One piece of a streamed answer. The last chunk has ``finish_reason`` and ``usage`` set.
-
-    ``token_ids`` and ``logprobs`` hold the tokens sampled since the previous chunk. Their text is
-    usually in ``text``, but it can show up in a later chunk (a UTF-8 character split over tokens,
-    text held back as a possible stop string), and the text of the tokens that make up a stop
-    string is never shown. Concatenated over all chunks they give one entry per generated token;
-    a final end-of-generation token is not one. ``logprobs`` is empty unless the request asked.
-    ``reasoning`` is the piece of a reasoning model's thinking (a request with ``reasoning``
-    set), kept out of ``text``.
-    """
-
-    request_id: str
-    text: str
-    token_ids: tuple[int, ...] = ()
-    finish_reason: FinishReason | None = None
-    usage: Usage | None = None
-    timings: Timings | None = None
-    logprobs: tuple[TokenLogprob, ...] = ()
-    reasoning: str = ""
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A finished answer. ``logprobs`` (one per token of ``token_ids``) only when asked for;
-    ``reasoning``: a reasoning model's thinking, kept out of ``text``."""
-
-    request_id: str
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: FinishReason
-    usage: Usage
-    timings: Timings
-    logprobs: tuple[TokenLogprob, ...] | None = None
-    reasoning: str = ""
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What a served model is, from its GGUF header and from llama.cpp.
-
-    ``n_ctx_per_seq`` is the context one request runs in (prompt plus answer), and
-    ``context_reason`` why it is that (set explicitly, the training context, reduced to fit the
-    KV memory budget); ``n_gpu_layers`` the layers offloaded (``-1``: all); ``image_max_side``
-    is the side images are downscaled to before they reach the projector.
-    """
-
-    path: str
-    name: str | None
-    architecture: str
-    description: str
-    n_ctx_train: int
-    n_ctx_per_seq: int
-    n_embd: int
-    n_vocab: int
-    n_params: int
-    size_bytes: int
-    chat_template: str | None
-    mmproj: str | None = None
-    image_max_side: int | None = None
-    n_gpu_layers: int = 0
-    context_reason: str = ""
-
-    @property
-    def supports_images(self) -> bool:
-        """Whether requests may carry images (a projector is loaded)."""
-        return self.mmproj is not None
-
-    @property
-    def has_chat_template(self) -> bool:
-        return self.chat_template is not None
-
-
-@dataclass(frozen=True)
-class SlotStats:
-    """One sequence slot: whether a request holds it, and what its KV cells cache
-    (``draft_kv_cells``: the cells of its mirror in a draft model's context, see
-    ``EngineConfig.speculative``)."""
-
-    seq_id: int
-    busy: bool
-    cached_tokens: int
-    kv_cells: int
-    draft_kv_cells: int = 0
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot the worker publishes between steps: requests running and waiting, decode
-    steps so far, every slot's cache, and the speculative drafts verified and accepted so far
-    (see ``EngineConfig.speculative``)."""
-
-    running: int
-    waiting: int
-    steps: int
-    slots: tuple[SlotStats, ...]
-    drafted_tokens: int = 0  # speculative drafts verified so far
-    accepted_tokens: int = 0  # of which accepted
+    def has_images(self) -> bool:
+        return bool(self.images)

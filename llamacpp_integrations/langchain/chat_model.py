@@ -35,11 +35,11 @@ from ..client import (
 )
 from ..client.settings import SAMPLING_SETTINGS
 from ..engine import ChatRequest, EngineConfig, InferenceEngine
-from ..engine.chat_template import TemplateRenderer
 from ..engine.sizing import estimated_context
 from ..errors import LlamaCppIntegrationError
 from ..models import MMPROJ_AUTO, GGUFInfo, cached_model_info, resolve_mmproj_path
 from ..multimodal import image_reader_for
+from ..prompts.chat_rendering import ChatTemplates
 from ..tools import ToolStreamChunk, detect_reasoning
 from .messages import (
     PROVIDER,
@@ -63,7 +63,7 @@ def _shows_reasoning(template: str) -> bool:
     """Whether a chat template has a reasoning format (a template that fails to render
     shows none)."""
     try:
-        return detect_reasoning(TemplateRenderer(template)) is not None
+        return detect_reasoning(ChatTemplates(template)) is not None
     except LlamaCppIntegrationError:
         return False
 

@@ -17,8 +17,8 @@ from functools import lru_cache
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..engine.types import ImageInput
 from ..errors import ImageLoadError, InvalidRequestError
+from ..prompts.media import ImageInput
 from .policy import ImagePolicy
 
 __all__ = ["LoadedImage", "decode_bytes", "from_pil", "sniff_format"]

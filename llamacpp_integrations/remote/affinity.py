@@ -20,13 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine.types import (
-    ChatMessage,
-    ChatRequest,
-    CompletionRequest,
-    GenerationRequest,
-    ImageInput,
-)
+from ..engine.types import ChatMessage, ChatRequest, CompletionRequest, GenerationRequest
+from ..prompts.media import ImageInput
 
 __all__ = ["PREFIX_CHARS", "PREFIX_TOKENS", "affinity_key"]
 

@@ -12,16 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine.reasoning import ReasoningSplitter
-from ..engine.types import (
-    FinishReason,
-    GenerationRequest,
-    StreamChunk,
-    Timings,
-    TokenLogprob,
-    TopLogprob,
-    Usage,
-)
+from ..engine.results import FinishReason, StreamChunk, Timings, TokenLogprob, TopLogprob, Usage
+from ..engine.types import GenerationRequest
+from ..prompts.reasoning import ReasoningSplitter
 
 __all__ = ["FINISH_REASONS", "ChunkReader", "token_logprob"]
 

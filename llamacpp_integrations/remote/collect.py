@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable
 
-from ..engine.types import Completion, GenerationRequest, StreamChunk, Timings
+from ..engine.results import Completion, StreamChunk, Timings
+from ..engine.types import GenerationRequest
 from ..errors import ServerUnavailableError
 
 __all__ = ["acollect", "collect"]

@@ -19,9 +19,9 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.token_budget import fit_tokens
 from ..engine.types import new_request_id
 from ..errors import EngineClosedError, InvalidRequestError
+from ..prompts.token_budget import fit_tokens
 from .builds import check_build
 from .fan_out import amap_bounded, map_bounded
 from .transport import Transport

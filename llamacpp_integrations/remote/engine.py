@@ -23,15 +23,8 @@ import httpx
 from pydantic import SecretStr
 
 from ..engine.interface import PromptRequest
-from ..engine.types import (
-    ChatRequest,
-    Completion,
-    CompletionRequest,
-    EngineStats,
-    GenerationRequest,
-    ModelInfo,
-    StreamChunk,
-)
+from ..engine.results import Completion, EngineStats, ModelInfo, StreamChunk
+from ..engine.types import ChatRequest, CompletionRequest, GenerationRequest
 from ..errors import (
     ContextOverflowError,
     EngineClosedError,

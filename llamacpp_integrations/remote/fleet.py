@@ -31,14 +31,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import SecretStr
 
 from ..engine.interface import InferenceEngine, PromptRequest
-from ..engine.types import (
-    ChatRequest,
-    Completion,
-    GenerationRequest,
-    ModelInfo,
-    StreamChunk,
-    Usage,
-)
+from ..engine.results import Completion, ModelInfo, StreamChunk, Usage
+from ..engine.types import ChatRequest, GenerationRequest
 from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
 from .affinity import affinity_key
 from .collect import acollect, collect

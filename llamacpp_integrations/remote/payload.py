@@ -12,7 +12,8 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
-from ..engine.types import GenerationRequest, ImageInput, SamplingParams
+from ..engine.types import GenerationRequest, SamplingParams
+from ..prompts.media import ImageInput
 
 __all__ = [
     "TRIGGER_PATTERN",

@@ -1,27 +1,22 @@
 """Requests made into the prompt a llama-server takes, on this side of the wire.
 
 Chats are rendered with the model's own template (from ``/props``) or a request's
-``chat_template`` (compiled ones kept, least recently used dropped), by the engine's
-``ChatTemplate``, so a chat reads the same locally and remotely. Images are checked against the
-server's projector and media marker before anything is sent.
+``chat_template``, through the same ``ChatTemplates`` the local engine uses, so a chat reads the
+same locally and remotely. Images are checked against the server's projector and media marker
+before anything is sent.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
-from ..engine.chat_template import ChatTemplate, strip_leading_bos, template_inputs
 from ..engine.interface import PromptRequest
-from ..engine.media import flatten_parts, has_images, require_image
-from ..engine.types import ChatRequest, GenerationRequest, ImageInput
-from ..errors import ChatTemplateError, ImageInputNotSupportedError, InvalidRequestError
+from ..engine.types import ChatRequest, GenerationRequest
+from ..errors import ImageInputNotSupportedError, InvalidRequestError
+from ..prompts.chat_rendering import ChatTemplates
+from ..prompts.media import ImageInput, require_image
 from .server_info import ServerDescription
 from .transport import Transport
 
-__all__ = ["TEMPLATE_CACHE_SIZE", "RemotePrompts"]
-
-TEMPLATE_CACHE_SIZE = 8
+__all__ = ["RemotePrompts", "check_markers"]
 
 
 class RemotePrompts:
@@ -30,9 +25,7 @@ class RemotePrompts:
     def __init__(self, base_url: str, transport: Transport) -> None:
         self._base_url = base_url
         self._transport = transport
-        self._lock = threading.Lock()
-        self._template: ChatTemplate | None = None
-        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
+        self._templates = ChatTemplates(None, owner=f"the model at {base_url}")
         self._adds_bos = False
 
     def learn(self, desc: ServerDescription) -> None:
@@ -40,26 +33,18 @@ class RemotePrompts:
         # Whether the vocabulary adds BOS: then a template's printed BOS is dropped, as the
         # local engine does, so the prompt does not start with two.
         self._adds_bos = bool(self._transport.tokenize("", add_special=True, parse_special=False))
-        if desc.info.chat_template:
-            self._template = _compile(desc.info.chat_template, desc)
+        self._templates = ChatTemplates(
+            desc.info.chat_template or None,
+            bos_token=desc.bos_token,
+            eos_token=desc.eos_token,
+            adds_bos=self._adds_bos,
+            owner=f"the model at {self._base_url}",
+        )
 
     def render(self, request: ChatRequest, desc: ServerDescription) -> tuple[str, list[ImageInput]]:
         """A chat's prompt text (images as the server's media marker) and its images."""
-        template = self._template_for(request, desc)
-        messages, kwargs = template_inputs(request)
-        if not messages:
-            raise InvalidRequestError(
-                "a chat needs at least one message", request_id=request.request_id
-            )
-        marker = self._require_images(request, desc) if has_images(request) else None
-        messages, images = flatten_parts(messages, marker)
-        text = template.render(
-            messages,
-            add_generation_prompt=request.add_generation_prompt,
-            tools=list(request.tools) if request.tools is not None else None,
-            **kwargs,
-        )
-        return (strip_leading_bos(text, desc.bos_token) if self._adds_bos else text), images
+        marker = self._require_images(request, desc) if request.has_images() else None
+        return self._templates.render(request, marker=marker)
 
     def prompt(
         self, request: PromptRequest, desc: ServerDescription
@@ -94,26 +79,6 @@ class RemotePrompts:
             return tokens, []
         return request.prompt, []
 
-    def _template_for(self, request: ChatRequest, desc: ServerDescription) -> ChatTemplate:
-        source = request.chat_template
-        if source is None:
-            if self._template is None:
-                raise ChatTemplateError(
-                    f"the model at {self._base_url} has no chat template: pass chat_template= "
-                    "or use a CompletionRequest for raw text",
-                    request_id=request.request_id,
-                )
-            return self._template
-        with self._lock:
-            template = self._templates.get(source)
-            if template is None:
-                template = self._templates[source] = _compile(source, desc)
-                while len(self._templates) > TEMPLATE_CACHE_SIZE:
-                    self._templates.popitem(last=False)
-            else:
-                self._templates.move_to_end(source)
-            return template
-
     def _require_images(self, request: GenerationRequest, desc: ServerDescription) -> str:
         if desc.media_marker is None:
             raise ImageInputNotSupportedError(
@@ -121,10 +86,6 @@ class RemotePrompts:
                 request_id=request.request_id,
             )
         return desc.media_marker
-
-
-def _compile(source: str, desc: ServerDescription) -> ChatTemplate:
-    return ChatTemplate(source, bos_token=desc.bos_token, eos_token=desc.eos_token)
 
 
 def check_markers(prompt: str, marker: str, n_images: int, request_id: str) -> None:

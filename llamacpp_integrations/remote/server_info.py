@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from ..engine.types import EngineStats, ModelInfo, SlotStats
+from ..engine.results import EngineStats, ModelInfo, SlotStats
 
 __all__ = ["ServerDescription", "describe_server", "parse_metrics", "stats_from"]
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 import httpx
 
-from ..engine.types import GenerationRequest, StreamChunk
+from ..engine.results import StreamChunk
+from ..engine.types import GenerationRequest
 from ..errors import LlamaCppIntegrationError, RequestTimeoutError, ServerUnavailableError
 from .chunks import ChunkReader
 from .transport import Transport, error_for_status, parse_event

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import ChatRequest, CompletionRequest
-from ..engine.media import images_of
+from ..prompts.media import images_in
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
 from .grammar import GrammarRules
 from .partial_json import parse_partial_json
@@ -246,7 +246,7 @@ def follow_up_request(
         root = answer_text_rule(rules, syntax, lead_blank=not answer_so_far.strip())
     return CompletionRequest(
         prompt=text,
-        images=images_of(request),
+        images=images_in(request.messages),
         sampling=request.sampling,
         max_tokens=budget,
         grammar=rules.render(root),

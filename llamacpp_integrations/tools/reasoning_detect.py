@@ -27,8 +27,8 @@ import re
 from typing import Any
 
 from ..engine import ChatRenderer, ChatRequest
-from ..engine.reasoning import HARMONY_CHANNEL, HARMONY_MESSAGE, HARMONY_START, ReasoningFormat
 from ..errors import ChatTemplateError, InvalidRequestError
+from ..prompts.reasoning import HARMONY_CHANNEL, HARMONY_MESSAGE, HARMONY_START, ReasoningFormat
 
 __all__ = ["detect_reasoning"]
 

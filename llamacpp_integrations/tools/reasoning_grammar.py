@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from ..engine.reasoning import (
+from ..prompts.reasoning import (
     HARMONY_ANSWER_PREFIX,
     ReasoningFormat,
     ReasoningSpec,

@@ -34,8 +34,8 @@ from ..engine import (
     TokenLogprob,
     Usage,
 )
-from ..engine.chat_template import messages_to_dicts
 from ..errors import OutputTruncatedError, ToolCallParseError
+from ..prompts.chat_template import messages_to_dicts
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
 from .loop_guard import CallKey, RepeatFilter, answered_calls
 from .reasoning_grammar import answer_grammar, answer_trigger_prefix

@@ -155,7 +155,7 @@ def test_any_context_size_packs_many_short_texts(smollm_path: Path) -> None:
 def test_texts_longer_than_one_cpu_decode_go_alone_among_short_ones(smollm_path: Path) -> None:
     # On the CPU a decode holds EMBED_TOKENS_ON_CPU tokens; longer texts take one decode each,
     # the short ones are packed around them, and every vector lands at its own text's index.
-    from llamacpp_integrations.engine.embedding_work import EMBED_TOKENS_ON_CPU
+    from llamacpp_integrations.engine.embedding.work import EMBED_TOKENS_ON_CPU
 
     with Engine(EngineConfig(model=str(smollm_path), n_seq_max=1)) as engine:
         long_text = " ".join(["the river runs past the old mill"] * 60)

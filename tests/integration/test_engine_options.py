@@ -19,7 +19,7 @@ from llama_index.core.llms import ChatMessage
 
 from llamacpp_integrations.engine import CompletionRequest, EngineConfig, LoraAdapter
 from llamacpp_integrations.engine.engine import Engine
-from llamacpp_integrations.engine.host import loaded_weights
+from llamacpp_integrations.engine.worker.host import loaded_weights
 from llamacpp_integrations.errors import InvalidRequestError, ModelLoadError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp

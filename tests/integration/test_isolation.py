@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from llamacpp_integrations.engine import Engine
-from llamacpp_integrations.engine.runner import GenerationContext, LoadedModel
+from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
 
 from .helpers import QUESTIONS, chat
 

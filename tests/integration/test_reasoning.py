@@ -29,10 +29,10 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     ReasoningSpec,
 )
-from llamacpp_integrations.engine.reasoning import ReasoningFormat, forced_end
 from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
+from llamacpp_integrations.prompts.reasoning import ReasoningFormat, forced_end
 from llamacpp_integrations.tools import constrain
 from tests.fixtures.reasoning_templates import (
     GPT_OSS,

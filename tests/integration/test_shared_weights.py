@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from llamacpp_integrations.engine import Engine, EngineConfig
-from llamacpp_integrations.engine.host import loaded_weights
+from llamacpp_integrations.engine.worker.host import loaded_weights
 from llamacpp_integrations.errors import EngineClosedError
 
 from .helpers import QUESTIONS, chat, wait_for

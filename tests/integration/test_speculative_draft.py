@@ -27,7 +27,7 @@ from llamacpp_integrations.engine import (
     ImageInput,
     SamplingParams,
 )
-from llamacpp_integrations.engine.host import loaded_draft_weights
+from llamacpp_integrations.engine.worker.host import loaded_draft_weights
 from llamacpp_integrations.errors import ModelLoadError
 from tests.fixtures.tiny_draft import build_tiny_draft
 

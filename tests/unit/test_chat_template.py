@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from llamacpp_integrations.engine.chat_template import (
+from llamacpp_integrations.engine.types import ChatMessage
+from llamacpp_integrations.errors import ChatTemplateError, InvalidRequestError
+from llamacpp_integrations.prompts.chat_template import (
     ChatTemplate,
     messages_to_dicts,
     strip_leading_bos,
 )
-from llamacpp_integrations.engine.types import ChatMessage
-from llamacpp_integrations.errors import ChatTemplateError, InvalidRequestError
 
 # SmolLM2's template, verbatim.
 CHATML = (

@@ -9,9 +9,9 @@ import numpy.typing as npt
 
 from llamacpp_integrations.client.embedding_prefixes import Prefixes, prefixes_for
 from llamacpp_integrations.engine.channel import EventChannel
-from llamacpp_integrations.engine.embedding_packing import PendingTexts
-from llamacpp_integrations.engine.embedding_queue import EmbeddingQueue, EmbedFn
-from llamacpp_integrations.engine.requests import EmbedJob
+from llamacpp_integrations.engine.embedding.job import EmbedJob
+from llamacpp_integrations.engine.embedding.packing import PendingTexts
+from llamacpp_integrations.engine.embedding.queue import EmbeddingQueue, EmbedFn
 
 
 def _job(lengths: list[int], request_id: str = "r") -> tuple[EmbedJob, EventChannel]:

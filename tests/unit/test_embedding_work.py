@@ -10,14 +10,14 @@ import numpy.typing as npt
 import pytest
 
 from llamacpp_integrations.engine.channel import EventChannel
-from llamacpp_integrations.engine.embedding_work import (
+from llamacpp_integrations.engine.embedding.job import EmbedJob
+from llamacpp_integrations.engine.embedding.work import (
     EMBED_TOKENS_ON_CPU,
     EMBED_TOKENS_WHILE_CHATTING,
     EmbeddingWork,
     TimeShare,
     embed_budget,
 )
-from llamacpp_integrations.engine.requests import EmbedJob
 from llamacpp_integrations.errors import EngineClosedError, RequestCancelledError
 
 
@@ -159,5 +159,3 @@ def test_time_share_counts_a_decode_before_it_runs() -> None:
     share.chat(3.4)
     assert share.embedding_may_run(chatting=True, tokens=400)
     assert share.embedding_may_run(chatting=False, tokens=10_000)
-
-

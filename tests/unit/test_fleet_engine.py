@@ -10,23 +10,19 @@ from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 
 import pytest
 
+from llamacpp_integrations.engine.results import Completion, ModelInfo, StreamChunk, Timings, Usage
 from llamacpp_integrations.engine.types import (
     ChatMessage,
     ChatRequest,
-    Completion,
     CompletionRequest,
     GenerationRequest,
-    ImageInput,
-    ModelInfo,
-    StreamChunk,
-    Timings,
-    Usage,
 )
 from llamacpp_integrations.errors import (
     EngineClosedError,
     RequestCancelledError,
     ServerUnavailableError,
 )
+from llamacpp_integrations.prompts.media import ImageInput
 from llamacpp_integrations.remote.affinity import PREFIX_CHARS, affinity_key
 from llamacpp_integrations.remote.fleet import FleetEngine, MemberEngine
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llamacpp_integrations.engine import CompletionRequest
-from llamacpp_integrations.engine.logprobs import LogprobComputer
+from llamacpp_integrations.engine.worker.logprobs import LogprobComputer
 from llamacpp_integrations.errors import InvalidRequestError
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, ImageInput
-from llamacpp_integrations.engine.media import flatten_parts, has_images
 from llamacpp_integrations.errors import InvalidRequestError, UnsupportedContentError
+from llamacpp_integrations.prompts.media import flatten_parts
 
 PIXELS = ImageInput(2, 1, bytes(6))
 MARK = "<__m__>"
@@ -51,9 +51,9 @@ def test_has_images_and_image_inputs() -> None:
     chat = ChatRequest(
         messages=[ChatMessage(role="user", content=[{"type": "image", "image": PIXELS}])]
     )
-    assert has_images(chat)
-    assert not has_images(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
-    assert has_images(CompletionRequest(prompt="x", images=[PIXELS]))
+    assert chat.has_images()
+    assert not ChatRequest(messages=[{"role": "user", "content": "hi"}]).has_images()
+    assert CompletionRequest(prompt="x", images=[PIXELS]).has_images()
 
     with pytest.raises(InvalidRequestError, match="bytes of pixels"):
         ImageInput(2, 2, bytes(6))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamacpp_integrations.engine.output import OutputProcessor
 from llamacpp_integrations.engine.types import CompletionRequest
+from llamacpp_integrations.engine.worker.output import OutputProcessor
 from llamacpp_integrations.errors import InvalidRequestError
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_integrations.engine.prompt_disk_cache import PromptDiskCache
+from llamacpp_integrations.engine.prompt_cache.disk_store import PromptDiskCache
 
 PROMPT = tuple(range(1000, 1400))
 

@@ -1,8 +1,10 @@
-"""Pure code imports no native code: the engine's types, configuration, scheduler and interface,
-the adapter core, tools, multimodal loading and both framework adapters."""
+"""Pure code imports no native code: only ``engine/native/`` imports llama_cpp, and every module of
+the pure folders (prompts, tools, client, adapters, server, remote...) and the engine's pure
+modules (its contract, scheduler, bookkeeping) imports without it."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -14,38 +16,79 @@ from .conftest import NATIVE, only_unit_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PURE_MODULES = [
-    "llamacpp_integrations",
-    "llamacpp_integrations.errors",
-    "llamacpp_integrations.engine",
-    "llamacpp_integrations.engine.batch",
-    "llamacpp_integrations.engine.channel",
-    "llamacpp_integrations.engine.chat_template",
-    "llamacpp_integrations.engine.config",
-    "llamacpp_integrations.engine.sizing",
-    "llamacpp_integrations.engine.prompt_disk_cache",
-    "llamacpp_integrations.engine.speculative",
-    "llamacpp_integrations.engine.embedding_queue",
-    "llamacpp_integrations.engine.embedding_work",
-    "llamacpp_integrations.engine.inbox",
-    "llamacpp_integrations.engine.interface",
-    "llamacpp_integrations.engine.logprobs",
-    "llamacpp_integrations.engine.media",
-    "llamacpp_integrations.engine.output",
-    "llamacpp_integrations.engine.reasoning",
-    "llamacpp_integrations.engine.registry",
-    "llamacpp_integrations.engine.requests",
-    "llamacpp_integrations.engine.scheduler",
-    "llamacpp_integrations.engine.types",
-    "llamacpp_integrations.client",
-    "llamacpp_integrations.tools",
-    "llamacpp_integrations.tools.grammar",
-    "llamacpp_integrations.multimodal",
-    "llamacpp_integrations.models",
-    "llamacpp_integrations.langchain",
-    "llamacpp_integrations.llama_index",
-    "llamacpp_integrations.server",
+PACKAGE = ROOT / "llamacpp_integrations"
+# The only folder whose modules import llama_cpp.
+NATIVE_DIR = PACKAGE / "engine" / "native"
+# Folders whose every module is pure, and the pure modules of the engine's other folders (the
+# rest build or drive contexts, so they import engine/native).
+PURE_DIRS = [
+    "prompts",
+    "tools",
+    "client",
+    "multimodal",
+    "models",
+    "langchain",
+    "llama_index",
+    "server",
+    "remote",
+    "engine/embedding",
 ]
+PURE_FILES = [
+    "__init__.py",
+    "errors.py",
+    "engine/__init__.py",
+    "engine/batch.py",
+    "engine/channel.py",
+    "engine/config.py",
+    "engine/interface.py",
+    "engine/registry.py",
+    "engine/results.py",
+    "engine/sizing.py",
+    "engine/types.py",
+    "engine/prompt_cache/disk_store.py",
+    "engine/speculation/drafts.py",
+    "engine/speculation/step.py",
+    "engine/worker/active.py",
+    "engine/worker/inbox.py",
+    "engine/worker/logprobs.py",
+    "engine/worker/output.py",
+    "engine/worker/requests.py",
+    "engine/worker/scheduler.py",
+    "engine/worker/stats.py",
+]
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _pure_modules() -> list[str]:
+    paths: list[Path] = [PACKAGE / name for name in PURE_FILES]
+    for folder in PURE_DIRS:
+        where = PACKAGE / folder
+        paths += [where] if where.is_file() else sorted(where.rglob("*.py"))
+    return sorted({_module(path) for path in paths})
+
+
+PURE_MODULES = _pure_modules()
+
+
+def test_only_the_native_folder_imports_llama_cpp() -> None:
+    importers = []
+    for path in PACKAGE.rglob("*.py"):
+        if NATIVE_DIR in path.parents:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(name == NATIVE or name.startswith(NATIVE + ".") for name in names):
+                importers.append(str(path.relative_to(ROOT)))
+    assert importers == []
 
 
 def test_pure_modules_import_without_llama_cpp() -> None:

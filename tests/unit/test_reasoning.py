@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llamacpp_integrations.engine import ChatRequest, InferenceEngine
-from llamacpp_integrations.engine.chat_template import ChatTemplate, messages_to_dicts
-from llamacpp_integrations.engine.reasoning import (
+from llamacpp_integrations.errors import ChatTemplateError
+from llamacpp_integrations.prompts.chat_template import ChatTemplate, messages_to_dicts
+from llamacpp_integrations.prompts.reasoning import (
     ReasoningFormat,
     ReasoningSplitter,
     split_reasoning,
     template_kwargs_for,
 )
-from llamacpp_integrations.errors import ChatTemplateError
 from llamacpp_integrations.tools import detect_reasoning
 from tests.fixtures.reasoning_templates import (
     CHATML,

@@ -16,9 +16,9 @@ import pytest
 from llamacpp_integrations.client import CallOptions
 from llamacpp_integrations.client.plan import plan_call
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, InferenceEngine, ReasoningSpec
-from llamacpp_integrations.engine.chat_template import TemplateRenderer, template_inputs
-from llamacpp_integrations.engine.reasoning import ReasoningFormat, ReasoningSplitter, forced_end
 from llamacpp_integrations.errors import InvalidRequestError
+from llamacpp_integrations.prompts.chat_rendering import ChatTemplates, template_inputs
+from llamacpp_integrations.prompts.reasoning import ReasoningFormat, ReasoningSplitter, forced_end
 from llamacpp_integrations.tools import (
     HERMES,
     TemplateToolSupport,
@@ -82,7 +82,7 @@ def test_earlier_reasoning_is_rendered_by_templates_that_give_it_back(
     request = ChatRequest(
         messages=[QUESTION, EARLIER], reasoning=ReasoningSpec(format), add_generation_prompt=False
     )
-    assert "two plus two" in TemplateRenderer(template).render_chat(request)
+    assert "two plus two" in ChatTemplates(template).render_chat(request)
 
 
 def test_a_negative_budget_is_refused() -> None:
@@ -210,7 +210,7 @@ def _options(**kwargs: Any) -> CallOptions:
 
 
 def test_a_call_names_the_templates_format_with_its_options() -> None:
-    engine: Any = TemplateRenderer(QWQ)
+    engine: Any = ChatTemplates(QWQ)
     request = ChatRequest(messages=[QUESTION])
     options = _options(reasoning=False, reasoning_budget=5)
     plan = plan_call(engine, request, options, Facts(R1_FORMAT))
@@ -220,7 +220,7 @@ def test_a_call_names_the_templates_format_with_its_options() -> None:
 
 
 def test_a_callers_grammar_applies_after_the_reasoning() -> None:
-    engine: Any = TemplateRenderer(QWQ)
+    engine: Any = ChatTemplates(QWQ)
     grammar = '# yes or no\nanswer ::= "yes" | "no" | "root"\nroot ::= answer " " answer'
     options = _options(grammar=grammar)
     request = replace(ChatRequest(messages=[QUESTION]), grammar=grammar)

@@ -7,12 +7,7 @@ import math
 
 import pytest
 
-from llamacpp_integrations.engine.types import (
-    ChatRequest,
-    CompletionRequest,
-    ImageInput,
-    SamplingParams,
-)
+from llamacpp_integrations.engine.types import ChatRequest, CompletionRequest, SamplingParams
 from llamacpp_integrations.errors import (
     ContextOverflowError,
     InvalidRequestError,
@@ -20,6 +15,7 @@ from llamacpp_integrations.errors import (
     ServerUnavailableError,
     UntestedServerError,
 )
+from llamacpp_integrations.prompts.media import ImageInput
 from llamacpp_integrations.remote import TESTED_BUILDS
 from llamacpp_integrations.remote.builds import check_build
 from llamacpp_integrations.remote.chunks import ChunkReader

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llamacpp_integrations.engine.shared_files import SharedByFile
+from llamacpp_integrations.engine.worker.shared_files import SharedByFile
 
 
 class Thing:

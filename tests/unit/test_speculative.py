@@ -8,14 +8,16 @@ from collections import Counter
 
 import pytest
 
-from llamacpp_integrations.engine.scheduler import Scheduler
-from llamacpp_integrations.engine.speculative import (
+from llamacpp_integrations.engine.config import EngineConfig
+from llamacpp_integrations.engine.speculation.drafts import (
     DraftLength,
     NgramDrafter,
     SeqSpeculation,
     accept_draft,
     residual,
 )
+from llamacpp_integrations.engine.speculation.step import DraftAsk, SpeculationStep
+from llamacpp_integrations.engine.worker.scheduler import Scheduler
 
 # ---- n-gram drafts ------------------------------------------------------------------------
 
@@ -168,13 +170,12 @@ def test_drafts_ride_with_the_next_token_and_keep_every_logit() -> None:
     scheduler = Scheduler(n_seq_max=2, n_batch=16)
     _decoding(scheduler, "a", [1, 2, 3])
     seq = scheduler.running[0]
-    seq.draft = [51, 52, 53]
-    plan = scheduler.plan()
+    plan = scheduler.plan({seq.slot.seq_id: [51, 52, 53]})
     (_, entry) = plan.entries[0]
     assert list(entry.tokens) == [50, 51, 52, 53]
     assert entry.logits_all and entry.start_pos == 3
     scheduler.decoded(plan)
-    assert seq.slot.cached == [1, 2, 3, 50, 51, 52, 53] and seq.draft == []
+    assert seq.slot.cached == [1, 2, 3, 50, 51, 52, 53] and seq.next_token is None
     scheduler.rollback(seq, 5)  # 51 accepted, 52 and 53 rejected
     assert seq.slot.cached == [1, 2, 3, 50, 51] and seq.n_past == 5
 
@@ -185,8 +186,7 @@ def test_drafts_only_take_room_other_sequences_do_not_need() -> None:
     _decoding(scheduler, "b", [3, 4])
     a = scheduler.running[0]
     a.next_token = 50
-    a.draft = list(range(60, 70))  # more than the batch holds
-    plan = scheduler.plan()
+    plan = scheduler.plan({a.slot.seq_id: list(range(60, 70))})  # more than the batch holds
     sizes = {seq.request_id: len(entry.tokens) for seq, entry in plan.entries}
     assert sizes == {"a": 7, "b": 1}  # b's next token kept its place
     assert sum(sizes.values()) == 8
@@ -202,3 +202,55 @@ def test_a_sequence_drafted_by_a_model_keeps_only_its_length_and_counters() -> N
     spec.verified(3, 0)
     assert spec.budget(8) == 1  # one more than were accepted
     assert (spec.stats.drafted, spec.stats.accepted) == (3, 0)
+
+
+# ---- the step's data in and out -----------------------------------------------------------
+
+
+def _step(**settings: object) -> SpeculationStep:
+    config = EngineConfig(model="unused.gguf", speculative="ngram", **settings)  # type: ignore[arg-type]
+    return SpeculationStep(config)
+
+
+def _ask(seq_id: int, state: SeqSpeculation, room: int = 8) -> DraftAsk:
+    return DraftAsk(seq_id, cached=[], next_token=3, state=state, room=room)
+
+
+def test_proposals_are_n_gram_drafts_within_each_sequences_room() -> None:
+    step = _step()
+    repeating = step.start(
+        [1, 2, 3, 4, 5, 1, 2, 3], allowed=True, constrained=False, has_images=False
+    )
+    fresh = step.start([9, 8, 7], allowed=True, constrained=False, has_images=False)
+    assert repeating is not None and fresh is not None
+    drafts = step.propose([_ask(0, repeating, room=2), _ask(1, fresh)], n_decoding=2)
+    assert drafts == {0: [4, 5]}  # no match for the fresh one: left out
+    assert step.propose([_ask(0, repeating, room=0)], n_decoding=1) == {}
+
+
+def test_no_drafts_while_many_sequences_decode() -> None:
+    step = _step(speculative_max_batch=2)
+    state = step.start([1, 2, 3, 4, 1, 2, 3], allowed=True, constrained=False, has_images=False)
+    assert state is not None
+    assert step.propose([_ask(0, state)], n_decoding=3) == {}
+    assert step.propose([_ask(0, state)], n_decoding=2) != {}
+
+
+def test_who_does_not_speculate() -> None:
+    step = _step()
+    assert step.start([1, 2], allowed=False, constrained=False, has_images=False) is None
+    assert step.start([1, 2], allowed=True, constrained=True, has_images=False) is None
+    assert _step(speculative_grammar=True).start(
+        [1, 2], allowed=True, constrained=True, has_images=False
+    )
+
+
+def test_settling_counts_the_drafts_the_sampler_agreed_with() -> None:
+    step = _step()
+    state = step.start([1, 2, 3], allowed=True, constrained=False, has_images=False)
+    assert state is not None
+    assert step.settle(state, [4, 5, 6], [4, 5, 9]) == 2  # 9 is the correction
+    assert step.settle(state, [4, 5], [4, 5, 7]) == 2  # all accepted, 7 the bonus token
+    assert step.settle(state, [4, 5], [8]) == 0
+    assert (step.stats.drafted, step.stats.accepted, step.stats.steps) == (7, 4, 3)
+    assert (state.stats.drafted, state.stats.accepted) == (7, 4)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamacpp_integrations.engine.chat_template import ChatTemplate
 from llamacpp_integrations.errors import ChatTemplateError
+from llamacpp_integrations.prompts.chat_template import ChatTemplate
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamacpp_integrations.engine.token_budget import fit_tokens
 from llamacpp_integrations.errors import ContextOverflowError
+from llamacpp_integrations.prompts.token_budget import fit_tokens
 
 ARGS = {"subject": "text 2 has", "taker": "embeddings take", "hint": "pass truncate=True"}
 

@@ -15,10 +15,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from PIL import Image
 
-from llamacpp_integrations.engine.chat_template import messages_to_dicts
 from llamacpp_integrations.errors import ImageLoadError, LlamaCppIntegrationError
 from llamacpp_integrations.multimodal import ImagePolicy, load_image
 from llamacpp_integrations.multimodal.targets import address_problem
+from llamacpp_integrations.prompts.chat_template import messages_to_dicts
 
 FORMATS = ["PNG", "JPEG", "WEBP", "GIF", "BMP"]
 

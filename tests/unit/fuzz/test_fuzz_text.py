@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llamacpp_integrations.engine.chat_template import ChatTemplate
-from llamacpp_integrations.engine.output import OutputProcessor
+from llamacpp_integrations.engine.worker.output import OutputProcessor
 from llamacpp_integrations.errors import LlamaCppIntegrationError
+from llamacpp_integrations.prompts.chat_template import ChatTemplate
 from llamacpp_integrations.tools.call_syntax import SYNTAXES
 from llamacpp_integrations.tools.grammar import schema_to_gbnf
 from llamacpp_integrations.tools.tool_parser import ToolCallStream

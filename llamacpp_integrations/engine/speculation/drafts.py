@@ -31,12 +31,24 @@ from dataclasses import dataclass
 
 __all__ = [
     "DraftLength",
+    "DraftWant",
     "NgramDrafter",
     "SeqSpeculation",
     "SpecStats",
     "accept_draft",
     "residual",
 ]
+
+
+@dataclass(frozen=True)
+class DraftWant:
+    """One sequence to draft for: what the target's cells hold, the token the target decodes
+    next, and how many tokens to draft after it."""
+
+    seq_id: int
+    cached: Sequence[int]
+    next_token: int
+    k: int
 
 
 class NgramDrafter:

@@ -29,16 +29,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import EngineClosedError
-from ..models import read_gguf_info
-from .config import EngineConfig, WeightsKey
-from .core import EngineCore, StatsBoard
-from .devices import gpu_free_memory, gpu_offload_supported
+from ...errors import EngineClosedError
+from ...models import read_gguf_info
+from ..config import EngineConfig, WeightsKey
+from ..native.devices import gpu_free_memory, gpu_offload_supported
+from ..native.runner import LoadedModel
+from ..native.vision import VisionProjector
+from ..sizing import OffloadChoice, choose_offload, host_available_memory
+from .core import EngineCore
 from .inbox import Inbox
-from .runner import LoadedModel
 from .shared_files import SharedByFile
-from .sizing import OffloadChoice, choose_offload, host_available_memory
-from .vision import VisionProjector
+from .stats import StatsBoard
 
 __all__ = ["Attachment", "ModelHost", "loaded_draft_weights", "loaded_weights", "open_host"]
 

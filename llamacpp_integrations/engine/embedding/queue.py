@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
-from .embedding_packing import PendingTexts
-from .requests import EmbedJob
+from ...errors import EngineError, LlamaCppIntegrationError, RequestTimeoutError
+from .job import EmbedJob
+from .packing import PendingTexts
 
 __all__ = ["EmbedFn", "EmbeddingQueue"]
 
@@ -142,4 +142,3 @@ def _joined(progress: _Progress) -> list[list[float]]:
         out.append(as_floats(mean.astype(np.float32), job.normalize))
         start += count
     return out
-

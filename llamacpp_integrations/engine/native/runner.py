@@ -18,9 +18,9 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import EngineError, ModelLoadError
-from .batch import BatchEntry
-from .config import EngineConfig, LoraAdapter, WeightsKey
+from ...errors import EngineError, ModelLoadError
+from ..batch import BatchEntry
+from ..config import EngineConfig, LoraAdapter, WeightsKey
 from .llama_log import ROUTER
 
 __all__ = ["DecodeStatus", "GenerationContext", "LoadedModel", "apply_lora", "tune_context"]

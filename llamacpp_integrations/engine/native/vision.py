@@ -28,10 +28,10 @@ from pathlib import Path
 import llama_cpp
 from llama_cpp import mtmd_cpp
 
-from ..errors import EngineClosedError, EngineError, InvalidRequestError, ModelLoadError
+from ...errors import EngineClosedError, EngineError, InvalidRequestError, ModelLoadError
+from ...prompts.media import ImageInput
 from .llama_log import ROUTER
 from .runner import GenerationContext, LoadedModel
-from .types import ImageInput
 
 __all__ = ["MediaPrompt", "MediaSpan", "VisionProjector", "image_key"]
 

@@ -11,12 +11,37 @@ image tokens. Lists holding other part types are left for the template.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequestError, UnsupportedContentError
-from .types import ChatRequest, CompletionRequest, GenerationRequest, ImageInput
 
-__all__ = ["flatten_parts", "has_images", "images_of", "require_image"]
+__all__ = ["ImageInput", "flatten_parts", "images_in", "messages_have_images", "require_image"]
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """Decoded pixels of one image: ``width`` x ``height`` RGB888, rows top to bottom.
+
+    Build it with ``llamacpp_integrations.multimodal.load_image`` (which checks and decodes
+    untrusted sources) or directly from pixels you trust. In a chat it goes in a content part
+    ``{"type": "image", "image": ImageInput(...)}``.
+    """
+
+    width: int
+    height: int
+    rgb: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.width, int) and isinstance(self.height, int)):
+            raise InvalidRequestError("image width and height must be integers")
+        if self.width < 1 or self.height < 1:
+            raise InvalidRequestError(f"image is {self.width}x{self.height}: it must not be empty")
+        if not isinstance(self.rgb, bytes) or len(self.rgb) != self.width * self.height * 3:
+            raise InvalidRequestError(
+                f"a {self.width}x{self.height} RGB image needs {self.width * self.height * 3} "
+                f"bytes of pixels"
+            )
 
 
 def _is_image_part(part: object) -> bool:
@@ -32,24 +57,24 @@ def _has_image_parts(message: Mapping[str, Any]) -> bool:
     )
 
 
-def has_images(request: GenerationRequest) -> bool:
-    """Whether the request carries any image (cheap: no rendering)."""
-    if isinstance(request, CompletionRequest):
-        return bool(request.images)
-    if isinstance(request, ChatRequest) and not isinstance(request.messages, str | bytes):
-        for message in request.messages:
-            if isinstance(message, Mapping):
-                if _has_image_parts(message):
-                    return True
-            elif _has_image_parts({"content": getattr(message, "content", None)}):
+def messages_have_images(messages: object) -> bool:
+    """Whether any of a chat's messages (``ChatMessage`` objects or mappings) carries an image
+    part (cheap: no rendering)."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        return False
+    for message in messages:
+        if isinstance(message, Mapping):
+            if _has_image_parts(message):
                 return True
+        elif _has_image_parts({"content": getattr(message, "content", None)}):
+            return True
     return False
 
 
-def images_of(request: ChatRequest) -> list[ImageInput]:
+def images_in(messages: Sequence[Any]) -> list[ImageInput]:
     """The images of a chat's messages, in prompt order (as ``flatten_parts`` places them)."""
     images: list[ImageInput] = []
-    for index, message in enumerate(request.messages):
+    for index, message in enumerate(messages):
         content: Any = message.get("content") if isinstance(message, Mapping) else message.content
         if not _is_flat(content):
             continue

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .batch import BatchEntry
+from ..batch import BatchEntry, common_prefix
 
 __all__ = ["ImageStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
 
@@ -48,7 +48,6 @@ class SeqState:
     image_spans: Mapping[int, int] = field(default_factory=dict)  # start -> positions
     status: SeqStatus = SeqStatus.PREFILL
     next_token: int | None = None
-    draft: list[int] = field(default_factory=list)  # tokens drafted to follow next_token
 
     @property
     def n_past(self) -> int:
@@ -68,15 +67,6 @@ class ImageStep:
 class StepPlan:
     entries: list[tuple[SeqState, BatchEntry]]
     image: ImageStep | None = None
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class Scheduler:
@@ -144,7 +134,9 @@ class Scheduler:
         seq.slot.cached.clear()
         seq.n_reused = 0
 
-    def plan(self) -> StepPlan:
+    def plan(self, drafts: Mapping[int, Sequence[int]] | None = None) -> StepPlan:
+        """The next step: every decoding sequence's next token (followed by its ``drafts``,
+        by slot id, as far as the batch has room), then prompt chunks."""
         entries: list[tuple[SeqState, BatchEntry]] = []
         image: ImageStep | None = None
         budget = self.n_batch
@@ -157,8 +149,7 @@ class Scheduler:
         for seq in decoding:
             assert seq.next_token is not None
             # Drafts only take room no other sequence's next token needs.
-            draft = seq.draft[: max(0, budget)]
-            seq.draft = draft
+            draft = list((drafts or {}).get(seq.slot.seq_id, ()))[: max(0, budget)]
             budget -= len(draft)
             entry = BatchEntry(
                 seq.slot.seq_id, [seq.next_token, *draft], seq.n_past, True, logits_all=bool(draft)
@@ -192,7 +183,6 @@ class Scheduler:
             if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
                 seq.status = SeqStatus.DECODE
             seq.next_token = None
-            seq.draft = []
 
     def restored(self, seq: SeqState, n_reused: int) -> None:
         """The slot now holds the first ``n_reused`` prompt tokens, from a saved state."""

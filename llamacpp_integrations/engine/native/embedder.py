@@ -12,8 +12,8 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import EngineError, ModelLoadError
-from .config import EngineConfig
+from ...errors import EngineError, ModelLoadError
+from ..config import EngineConfig
 from .runner import LoadedModel, apply_lora, tune_context
 
 __all__ = ["POOLING_TYPES", "RANK_POOLING", "EmbeddingContext"]

@@ -2,11 +2,12 @@
 
 The worker (``host.py``) calls ``take_inbox`` and ``step`` in turn. ``take_inbox`` admits new
 work to free slots; ``step`` lets the scheduler plan a step, decodes it in one ``llama_decode``,
-samples every sequence that produced logits, and turns tokens into events through each request's
-output processor (a speculating engine drafts before the decode and verifies after it, see
-``speculation_step.py``). A step may also read one image of a prompt into its sequence, after
-the text decode, and embed one batch of texts. Every way a request ends (stop, length, cancel,
-timeout, error, engine closing) goes through ``_finish``, which frees its sequence.
+samples every sequence that produced logits, and hands each token to its request
+(``active.py``), whose output processor turns tokens into events. A speculating engine asks for
+drafts before planning and settles them after sampling (``speculation/step.py``: data in, data
+out). A step may also read one image of a prompt into its sequence, after the text decode, and
+embed one batch of texts. Every way a request ends (stop, length, cancel, timeout, error, engine
+closing) goes through ``_finish``, which frees its sequence.
 
 Contexts are made on first use: an engine that only embeds never allocates a generation KV cache,
 and one that only chats never allocates an embedding context.
@@ -17,8 +18,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from functools import partial
 
-from ..errors import (
+from ...errors import (
     EngineClosedError,
     EngineError,
     InvalidRequestError,
@@ -26,31 +28,25 @@ from ..errors import (
     RequestCancelledError,
     RequestTimeoutError,
 )
+from ..batch import BatchEntry
+from ..config import EngineConfig
+from ..embedding.work import EmbeddingWork
+from ..native.embedder import EmbeddingContext
+from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
+from ..native.vision import VisionProjector
+from ..results import FinishReason, StreamChunk
+from ..speculation.step import DraftAsk, SpeculationStep
 from .active import ActiveRequest
-from .config import EngineConfig
-from .draft_model import DraftModel
-from .embedder import EmbeddingContext
-from .embedding_work import EmbeddingWork
+from .cells import SequenceCells
 from .inbox import Inbox
 from .logprobs import LogprobComputer
-from .output import OutputProcessor
 from .requests import PreparedRequest
-from .runner import DecodeStatus, GenerationContext, LoadedModel
-from .saved_prompts import SavedPrompts
-from .scheduler import ImageStep, Scheduler, SeqState, StepPlan
-from .speculation_step import SpeculationStep
-from .types import EngineStats, FinishReason, SlotStats, StreamChunk
-from .vision import VisionProjector
+from .scheduler import ImageStep, Scheduler, SeqStatus, StepPlan
+from .stats import StatsBoard, snapshot
 
-__all__ = ["EngineCore", "StatsBoard"]
+__all__ = ["EngineCore"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
-
-class StatsBoard:
-    """Where the worker publishes an engine's latest ``EngineStats`` for callers to read."""
-
-    def __init__(self) -> None:
-        self.latest = EngineStats(running=0, waiting=0, steps=0, slots=())
 
 
 class EngineCore:
@@ -74,12 +70,20 @@ class EngineCore:
         self.inbox = inbox
         self.board = StatsBoard()
         self._n_ctx_per_seq = n_ctx_per_seq
-        self._context: GenerationContext | None = None
         self.scheduler = Scheduler(config.n_seq_max, config.n_batch)
+        self.cells = SequenceCells(model, config, self.scheduler, n_ctx_per_seq=n_ctx_per_seq)
         self.active: dict[str, ActiveRequest] = {}
-        self._embedding_pooling = embedding_pooling
+        embedder = partial(
+            EmbeddingContext,
+            model,
+            pooling=embedding_pooling,
+            n_ctx=config.embedding_n_ctx,
+            n_seq_max=config.embedding_n_seq_max,
+            n_threads=config.threads,
+            tuning=config,
+        )
         self.embeds = EmbeddingWork(
-            self._make_embedder,
+            embedder,
             n_ctx=config.embedding_n_ctx,
             n_batch=config.n_batch,
             on_cpu=model.n_gpu_layers == 0,
@@ -88,36 +92,12 @@ class EngineCore:
         self.closing = False
         self.steps = 0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
-
-        self.disk: SavedPrompts | None = None
-        if config.prompt_cache_dir is not None:
-            self.disk = SavedPrompts(model, config, self.scheduler)
         # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
         if config.speculative is not None:
-            self.speculation = self._make_speculation()
-
-    def _make_speculation(self) -> SpeculationStep:
-        draft = None
-        if self.config.speculative == "draft":
-            assert self.draft_weights is not None
-            draft = DraftModel(
-                self.draft_weights,
-                self.model,
-                self.config,
-                n_ctx_per_seq=self._n_ctx_per_seq,
+            self.speculation = SpeculationStep.for_engine(
+                config, model, draft_weights, n_ctx_per_seq=n_ctx_per_seq
             )
-        return SpeculationStep(
-            self.config,
-            self.scheduler,
-            n_ctx_per_seq=self._n_ctx_per_seq,
-            context=lambda: self.context,
-            sample=self._next_token,
-            take=self._on_token,
-            finish=self._finish,
-            send=self._send,
-            draft_model=draft,
-        )
 
     @property
     def busy(self) -> bool:
@@ -131,18 +111,7 @@ class EngineCore:
     @property
     def context(self) -> GenerationContext:
         """The generation context, made when the first request is admitted."""
-        if self._context is None:
-            self._context = GenerationContext(
-                self.model,
-                n_ctx_per_seq=self._n_ctx_per_seq,
-                n_seq_max=self.config.n_seq_max,
-                n_batch=self.config.n_batch,
-                n_threads=self.config.threads,
-                flash_attention=self.config.flash_attention_for(self.model.n_gpu_layers),
-                kv_unified=self.config.kv_unified,
-                tuning=self.config,
-            )
-        return self._context
+        return self.cells.context
 
     # ---- the worker's calls ---------------------------------------------------------------
 
@@ -183,33 +152,15 @@ class EngineCore:
 
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
-        slots = []
-        for slot in self.scheduler.slots:
-            cells = 0
-            if self._context is not None:
-                lo, hi = self._context.pos_range(slot.seq_id)
-                cells = 0 if hi < 0 else hi - lo + 1
-            draft = self.speculation.draft_cells(slot.seq_id) if self.speculation else 0
-            slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), cells, draft))
-        self.board.latest = EngineStats(
-            running=len(self.active),
-            waiting=0,
-            steps=self.steps,
-            slots=tuple(slots),
-            drafted_tokens=0 if self.speculation is None else self.speculation.stats.drafted,
-            accepted_tokens=0 if self.speculation is None else self.speculation.stats.accepted,
+        self.board.latest = snapshot(
+            self.scheduler, self.cells, self.speculation, running=len(self.active), steps=self.steps
         )
 
     def drop_idle_caches(self) -> None:
         """Free the cells of every slot no request holds."""
-        if self._context is None:
-            return
-        for slot in self.scheduler.slots:
-            if not slot.busy and slot.cached:
-                self._context.remove(slot.seq_id, 0)
-                slot.cached.clear()
-                if self.speculation is not None:
-                    self.speculation.forget(slot.seq_id)
+        for seq_id in self.cells.drop_idle():
+            if self.speculation is not None:
+                self.speculation.forget(seq_id)
         self.publish()
 
     # ---- admission ------------------------------------------------------------------------
@@ -240,27 +191,19 @@ class EngineCore:
                 ),
             )
             return
-        spans = (
-            {}
-            if request.media is None
-            else {start: span.n_pos for start, span in request.media.spans.items()}
-        )
+        media = request.media
+        spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
         seq = self.scheduler.admit(request.request_id, request.prompt_tokens, spans)
-        if not self._cut_cache(seq):
-            self.context.remove(seq.slot.seq_id, 0)
-            self.scheduler.forget(seq)
-        if self.disk is not None and request.media is None:
-            self.disk.restore(seq, self.context)
-        spec = None if self.speculation is None else self.speculation.start(request)
-        self.active[request.request_id] = ActiveRequest(
-            prepared=request,
-            seq=seq,
-            sampler=request.sampler,
-            output=OutputProcessor(request.stop),
-            admitted_at=now,
-            splitter=None if request.reasoning is None else request.reasoning.splitter(),
-            spec=spec,
-        )
+        self.cells.take_prefix(seq, from_disk=media is None)
+        spec = None
+        if self.speculation is not None:
+            spec = self.speculation.start(
+                request.prompt_tokens,
+                allowed=request.speculative,
+                constrained=request.constrained,
+                has_images=media is not None,
+            )
+        self.active[request.request_id] = ActiveRequest.start(request, seq, now, spec)
 
     def _refuse(self, request: PreparedRequest, error: LlamaCppIntegrationError) -> None:
         """End a request that was never admitted."""
@@ -269,24 +212,10 @@ class EngineCore:
             request.media.close()
         request.channel.put(error)
 
-    def _cut_cache(self, seq: SeqState) -> bool:
-        """Keep the reusable prefix of the slot's cells and drop the rest; False if impossible."""
-        if seq.n_reused == 0:
-            return False
-        seq_id = seq.slot.seq_id
-        if seq.copy_from is not None:
-            self.context.remove(seq_id, 0)
-            self.context.share_prefix(seq.copy_from.seq_id, seq_id, seq.n_reused)
-        elif not self.context.remove(seq_id, seq.n_reused):
-            return False
-        return self.context.window_kept(seq_id, seq.n_reused)
-
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
-        if self.speculation is not None:
-            self.speculation.draft(self.active)
-        plan = self.scheduler.plan()
+        plan = self.scheduler.plan(self._drafts())
         if plan.entries:
             self._decode_text(plan)
         if plan.image is not None:
@@ -314,17 +243,14 @@ class EngineCore:
         now = time.monotonic()
         for seq, entry in plan.entries:
             if entry.logits_all:
-                assert self.speculation is not None
-                self.speculation.verify(self.active[seq.request_id], seq, entry, now)
+                self._verify(self.active[seq.request_id], entry, now)
             elif entry.logits_last:
                 active = self.active[seq.request_id]
                 token = self._next_token(active, entry.logits_index)
-                self._on_token(active, token, now, entry.logits_index)
-        if self.disk is not None and read_prompt:
+                self._take(active, token, now, entry.logits_index)
+        if read_prompt:
             # After sampling, so the first token is not held up by the write.
-            self.disk.save(
-                [seq for seq in read_prompt if seq.request_id in self.active], self.context
-            )
+            self.cells.save_prompts([seq for seq in read_prompt if seq.request_id in self.active])
 
     def _decode_image(self, step: ImageStep) -> None:
         """Encode one image and decode its embeddings into its sequence.
@@ -356,69 +282,100 @@ class EngineCore:
 
     def _next_token(self, active: ActiveRequest, logits_index: int) -> int:
         """The sampled token, or the next forced one (a reasoning budget that ran out)."""
-        while active.forced:
-            token = active.forced.popleft()
-            if active.sampler.force(token):
-                return token
-            # A grammar that cannot take the forced text: stop forcing, let the model go on.
-            log.warning("request %s: forced token refused", active.prepared.request_id)
-            active.forced.clear()
-        return active.sampler.sample(self.context, logits_index)
+        forced = active.next_forced()
+        return forced if forced is not None else active.sampler.sample(self.context, logits_index)
 
-    def _on_token(
+    def _take(
         self, active: ActiveRequest, token: int, now: float, logits_index: int, *, send: bool = True
     ) -> bool:
-        """Take one generated token; False when it ended the request. Without ``send`` the
-        text waits for the caller to send it (a speculative step sends once)."""
+        """Hand one generated token to its request; False when it ended the request. Without
+        ``send`` the text waits for the caller to send it (a speculative step sends once)."""
         request = active.prepared
         if active.first_token_at is None:
             active.first_token_at = now
         if self.model.is_eog(token) and not request.ignore_eos:
             self._finish(active, "stop")
             return False
-        active.generated.append(token)
-        active.unsent_ids.append(token)
-        if active.spec is not None:
-            active.spec.push(token)
+        logprob = None
         if request.logprobs is not None:
             # The raw row is still that of this step's decode: sampling only reads it.
             computer = self._logprobs or self._make_logprob_computer()
-            active.unsent_logprobs.append(
-                computer.compute(
-                    self.context.logits_view(logits_index),
-                    token,
-                    request.logprobs,
-                    special=request.special,
-                )
+            logprob = computer.compute(
+                self.context.logits_view(logits_index),
+                token,
+                request.logprobs,
+                special=request.special,
             )
         piece = self.model.token_to_piece(token, special=request.special)
-        active.take_token_text(active.output.feed(piece))
-        active.check_budget()
-        if active.output.stopped:
-            self._finish(active, "stop")
+        ended = active.take(token, piece, logprob)
+        if ended is not None:
+            self._finish(active, ended)
             return False
-        if len(active.generated) >= request.max_new_tokens:
-            self._finish(active, "length")
-            return False
-        if send and (active.unsent_text or active.unsent_reasoning) and not self._send(active):
+        if send and not self._send(active):
             self._finish(active, "cancelled")
             return False
-        active.seq.next_token = token
         return True
 
     def _send(self, active: ActiveRequest) -> bool:
-        text, reasoning = active.take_unsent()
-        chunk = StreamChunk(
-            request_id=active.prepared.request_id,
-            text=text,
-            token_ids=tuple(active.unsent_ids),
-            logprobs=tuple(active.unsent_logprobs),
-            reasoning=reasoning,
-        )
-        active.unsent_ids = []
-        if active.unsent_logprobs:
-            active.unsent_logprobs = []
-        return active.prepared.channel.put(chunk)
+        """Send what became certain; False when the caller went away."""
+        chunk = active.pending_chunk()
+        return chunk is None or active.prepared.channel.put(chunk)
+
+    # ---- speculation ----------------------------------------------------------------------
+
+    def _drafts(self) -> dict[int, list[int]]:
+        """This step's drafts by slot id, from the sequences that speculate."""
+        if self.speculation is None:
+            return {}
+        asks: list[DraftAsk] = []
+        n_decoding = 0
+        for seq in self.scheduler.running:
+            if seq.status is not SeqStatus.DECODE or seq.next_token is None:
+                continue
+            n_decoding += 1
+            active = self.active[seq.request_id]
+            if active.spec is None or active.forced:
+                continue
+            # Drafts never go past the token limit or the context, nor past a reasoning
+            # budget's end (its forced tokens must follow the exact token that spent it).
+            room = min(
+                active.prepared.max_new_tokens - 1 - len(active.generated),
+                self._n_ctx_per_seq - 1 - seq.n_past,
+                active.tokens_before_budget(),
+            )
+            asks.append(
+                DraftAsk(seq.slot.seq_id, seq.slot.cached, seq.next_token, active.spec, room)
+            )
+        return self.speculation.propose(asks, n_decoding=n_decoding)
+
+    def _verify(self, active: ActiveRequest, entry: BatchEntry, now: float) -> None:
+        """Sample a speculating sequence's positions in order while its sampler agrees with
+        the drafts, settle them, take the tokens, and drop the cells of rejected drafts."""
+        assert self.speculation is not None and active.spec is not None
+        draft = entry.tokens[1:]
+        sampled: list[int] = []
+        for i in range(len(draft) + 1):
+            token = active.sampler.sample(self.context, entry.first_index + i)
+            sampled.append(token)
+            if i == len(draft) or token != draft[i] or self.model.is_eog(token):
+                break
+        # Settled before the tokens are taken: a token that ends the request publishes the
+        # stats, and a caller that sees the request gone then sees its drafts too.
+        accepted = self.speculation.settle(active.spec, draft, sampled)
+        for i, token in enumerate(sampled):
+            if not self._take(active, token, now, entry.first_index + i, send=False):
+                # Ended: its cells (drafts included) still hold exactly the tokens the slot
+                # lists, so they stay valid for prefix reuse.
+                return
+        n_keep = entry.start_pos + 1 + accepted
+        if accepted < len(draft):
+            seq = active.seq
+            if not self.context.remove(seq.slot.seq_id, n_keep):
+                self._finish(active, "error", EngineError("could not drop rejected draft cells"))
+                return
+            self.scheduler.rollback(seq, n_keep)
+        if not self._send(active):
+            self._finish(active, "cancelled")
 
     def _make_logprob_computer(self) -> LogprobComputer:
         self._logprobs = LogprobComputer(self.model)
@@ -433,26 +390,11 @@ class EngineCore:
         error: LlamaCppIntegrationError | None = None,
     ) -> None:
         request = active.prepared
-        now = time.monotonic()
         event: StreamChunk | LlamaCppIntegrationError
         if error is None:
-            active.take_final_text(active.output.flush())
-            text, reasoning = active.take_unsent()
-            event = StreamChunk(
-                request_id=request.request_id,
-                text=text,
-                token_ids=tuple(active.unsent_ids),
-                finish_reason=reason,
-                usage=active.usage(),
-                timings=active.timings(now),
-                logprobs=tuple(active.unsent_logprobs),
-                reasoning=reasoning,
-            )
+            event = active.last_chunk(reason, time.monotonic())
         else:
-            error.request_id = request.request_id
-            if hasattr(error, "partial_text"):
-                error.partial_text = active.output.text
-            event = error
+            event = active.failure(error)
         keep = reason in ("stop", "length")
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
@@ -488,18 +430,6 @@ class EngineCore:
             if active is not None:
                 self._finish(active, "error", error=EngineError(str(error)))
 
-    # ---- embeddings -----------------------------------------------------------------------
-
-    def _make_embedder(self) -> EmbeddingContext:
-        return EmbeddingContext(
-            self.model,
-            pooling=self._embedding_pooling,
-            n_ctx=self.config.embedding_n_ctx,
-            n_seq_max=self.config.embedding_n_seq_max,
-            n_threads=self.config.threads,
-            tuning=self.config,
-        )
-
     # ---- shutdown -------------------------------------------------------------------------
 
     def shutdown(self, reason: str = "the engine was closed") -> None:
@@ -513,7 +443,6 @@ class EngineCore:
         for active in list(self.active.values()):
             self._finish(active, "error", error=EngineClosedError(reason))
         self.embeds.close(lambda: EngineClosedError(reason))
-        if self._context is not None:
-            self._context.close()
+        self.cells.close()
         if self.speculation is not None:
             self.speculation.close()

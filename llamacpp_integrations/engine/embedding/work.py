@@ -14,9 +14,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import LlamaCppIntegrationError
-from .embedding_queue import EmbeddingQueue
-from .requests import EmbedJob
+from ...errors import LlamaCppIntegrationError
+from .job import EmbedJob
+from .queue import EmbeddingQueue
 
 __all__ = [
     "EMBED_TOKENS_ON_CPU",

@@ -1,19 +1,28 @@
-"""The worker's state of one running generation request, and what it reports at the end."""
+"""The worker's state of one running generation request: the tokens it took, the text and
+reasoning not sent yet, and the events it sends (a chunk as text becomes certain, the last one
+with its usage and timings when it ends)."""
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from ...errors import LlamaCppIntegrationError
+from ...prompts.reasoning import ReasoningSplitter
+from ..results import FinishReason, StreamChunk, Timings, TokenLogprob, Usage
+from ..speculation.drafts import SeqSpeculation
 from .output import OutputProcessor
-from .reasoning import ReasoningSplitter
 from .requests import PreparedRequest
-from .sampler import SamplerChain
 from .scheduler import SeqState
-from .speculative import SeqSpeculation
-from .types import Timings, TokenLogprob, Usage
+
+if TYPE_CHECKING:
+    from ..native.sampler import SamplerChain
 
 __all__ = ["ActiveRequest"]
+
+log = logging.getLogger("llamacpp_integrations.engine")
 
 
 @dataclass
@@ -37,6 +46,89 @@ class ActiveRequest:
     forced: deque[int] = field(default_factory=deque)  # tokens to write instead of sampling
     budget_spent: bool = False  # the reasoning budget ran out, or the answer began
     spec: SeqSpeculation | None = None  # drafting state, when the request speculates
+
+    @classmethod
+    def start(
+        cls, request: PreparedRequest, seq: SeqState, now: float, spec: SeqSpeculation | None
+    ) -> ActiveRequest:
+        """The state of a request just admitted to ``seq`` at ``now``."""
+        return cls(
+            prepared=request,
+            seq=seq,
+            sampler=request.sampler,
+            output=OutputProcessor(request.stop),
+            admitted_at=now,
+            splitter=None if request.reasoning is None else request.reasoning.splitter(),
+            spec=spec,
+        )
+
+    def next_forced(self) -> int | None:
+        """The next token to write instead of sampling, already given to the sampler; ``None``
+        when nothing is forced, or the grammar refused the forced text (then forcing stops
+        and the model goes on)."""
+        while self.forced:
+            token = self.forced.popleft()
+            if self.sampler.force(token):
+                return token
+            log.warning("request %s: forced token refused", self.prepared.request_id)
+            self.forced.clear()
+        return None
+
+    def take(self, token: int, piece: bytes, logprob: TokenLogprob | None) -> FinishReason | None:
+        """Take one generated token (not an end of generation), its bytes and, when asked
+        for, its log-probability; ``"stop"`` or ``"length"`` when it ends the request."""
+        self.generated.append(token)
+        self.unsent_ids.append(token)
+        if self.spec is not None:
+            self.spec.push(token)
+        if logprob is not None:
+            self.unsent_logprobs.append(logprob)
+        self.take_token_text(self.output.feed(piece))
+        self.check_budget()
+        if self.output.stopped:
+            return "stop"
+        if len(self.generated) >= self.prepared.max_new_tokens:
+            return "length"
+        self.seq.next_token = token
+        return None
+
+    def pending_chunk(self) -> StreamChunk | None:
+        """What became certain since the last chunk, as a chunk (``None``: no text yet)."""
+        if not (self.unsent_text or self.unsent_reasoning):
+            return None
+        text, reasoning = self.take_unsent()
+        chunk = StreamChunk(
+            request_id=self.prepared.request_id,
+            text=text,
+            token_ids=tuple(self.unsent_ids),
+            logprobs=tuple(self.unsent_logprobs),
+            reasoning=reasoning,
+        )
+        self.unsent_ids = []
+        self.unsent_logprobs = []
+        return chunk
+
+    def last_chunk(self, reason: FinishReason, now: float) -> StreamChunk:
+        """The chunk that ends the request: what was held back, usage and timings."""
+        self.take_final_text(self.output.flush())
+        text, reasoning = self.take_unsent()
+        return StreamChunk(
+            request_id=self.prepared.request_id,
+            text=text,
+            token_ids=tuple(self.unsent_ids),
+            finish_reason=reason,
+            usage=self.usage(),
+            timings=self.timings(now),
+            logprobs=tuple(self.unsent_logprobs),
+            reasoning=reasoning,
+        )
+
+    def failure(self, error: LlamaCppIntegrationError) -> LlamaCppIntegrationError:
+        """``error`` as this request's: its id, and the text it had produced."""
+        error.request_id = self.prepared.request_id
+        if hasattr(error, "partial_text"):
+            error.partial_text = self.output.text
+        return error
 
     def take_token_text(self, text: str) -> None:
         """A generated token's text (what became certain with it), split into answer and
@@ -100,6 +192,14 @@ class ActiveRequest:
         elif state == "reasoning" and self.reasoning_tokens >= budget.after:
             self.forced.extend(budget.tokens)
             self.budget_spent = True
+
+    def tokens_before_budget(self) -> int:
+        """How many more tokens can be taken before the next one might spend the reasoning
+        budget (which forces the end marker right after it); large when no budget is pending."""
+        budget = self.prepared.budget
+        if budget is None or self.splitter is None or self.budget_spent:
+            return 1 << 30
+        return budget.after - self.reasoning_tokens - self.undecided_tokens - 1
 
     def usage(self) -> Usage:
         """Token counts so far (image embeddings counted in KV cells)."""

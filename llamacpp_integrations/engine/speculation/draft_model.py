@@ -18,30 +18,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import EngineError, ModelLoadError
-from .batch import BatchEntry
-from .config import EngineConfig
-from .runner import DecodeStatus, GenerationContext, LoadedModel
-from .scheduler import common_prefix
+from ...errors import EngineError, ModelLoadError
+from ..batch import BatchEntry, common_prefix
+from ..config import EngineConfig
+from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
+from .drafts import DraftWant
 
-__all__ = ["DraftModel", "DraftWant", "check_same_vocab"]
+__all__ = ["DraftModel", "check_same_vocab"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
-
-
-@dataclass(frozen=True)
-class DraftWant:
-    """One sequence to draft for: what the target's cells hold, the token the target decodes
-    next, and how many tokens to draft after it."""
-
-    seq_id: int
-    cached: Sequence[int]
-    next_token: int
-    k: int
 
 
 def check_same_vocab(target: LoadedModel, draft: LoadedModel) -> None:

@@ -6,11 +6,11 @@ prompt than any slot does. The files themselves (naming, checks, size cap) are
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
-from .config import EngineConfig
-from .prompt_disk_cache import PromptDiskCache
-from .runner import GenerationContext, LoadedModel
-from .scheduler import Scheduler, SeqState
+from ..config import EngineConfig
+from ..native.runner import GenerationContext, LoadedModel
+from .disk_store import PromptDiskCache
 
 __all__ = ["SavedPrompts", "state_identity"]
 
@@ -37,7 +37,7 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
 class SavedPrompts:
     """One engine's use of its ``prompt_cache_dir``; runs on the worker thread."""
 
-    def __init__(self, model: LoadedModel, config: EngineConfig, scheduler: Scheduler) -> None:
+    def __init__(self, model: LoadedModel, config: EngineConfig) -> None:
         assert config.prompt_cache_dir is not None
         self.files = PromptDiskCache(
             config.prompt_cache_dir,
@@ -45,40 +45,40 @@ class SavedPrompts:
             max_bytes=config.prompt_cache_max_bytes,
             min_tokens=config.prompt_cache_min_tokens,
         )
-        self._scheduler = scheduler
 
-    def restore(self, seq: SeqState, context: GenerationContext) -> None:
-        """Restore a saved prompt sharing a longer prefix than the slots offer, if any."""
-        prompt = seq.prompt
+    def restore(
+        self, context: GenerationContext, seq_id: int, prompt: Sequence[int], n_reused: int
+    ) -> int | None:
+        """Put a saved prompt into the sequence when it shares a longer prefix with ``prompt``
+        than the ``n_reused`` tokens its cells already give.
+
+        Returns how many prompt tokens the sequence now holds: ``n_reused`` when nothing better
+        was saved (the cells are untouched), more after a restore, or ``None`` when a restore
+        failed and left the sequence empty.
+        """
         if len(prompt) <= self.files.min_tokens:
-            return
+            return n_reused
         found = self.files.find(prompt)
         if found is None:
-            return
+            return n_reused
         n = min(found.n_shared, len(prompt) - 1)  # the last token is always evaluated
-        if n <= seq.n_reused:
-            return
+        if n <= n_reused:
+            return n_reused
         state = self.files.load(found)
         if state is None:
-            return
-        seq_id = seq.slot.seq_id
+            return n_reused
         if not context.set_seq_state(seq_id, state):
             log.warning("prompt cache: llama.cpp refused %s; evaluating instead", found.path.name)
-            self._scheduler.forget(seq)
-            return
+            return None
         if not context.remove(seq_id, n) or not context.window_kept(seq_id, n):
             context.remove(seq_id, 0)
-            self._scheduler.forget(seq)
-            return
-        self._scheduler.restored(seq, n)
+            return None
+        return n
 
-    def save(self, seqs: list[SeqState], context: GenerationContext) -> None:
-        """Save the state of sequences that just read a long prompt not saved yet."""
-        for seq in seqs:
-            prompt = seq.prompt
-            # Only the prompt's cells: the first token is sampled, not decoded yet.
-            if seq.n_past != len(prompt):
-                continue
+    def save(self, context: GenerationContext, read: Sequence[tuple[int, Sequence[int]]]) -> None:
+        """Save the cells of sequences that just read a long prompt not saved yet, given as
+        ``(seq_id, prompt)`` pairs whose cells hold exactly that prompt."""
+        for seq_id, prompt in read:
             if any(t < 0 for t in prompt) or self.files.has(prompt):
                 continue
-            self.files.save(prompt, context.seq_state(seq.slot.seq_id))
+            self.files.save(prompt, context.seq_state(seq_id))

@@ -12,27 +12,26 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 
 from ..errors import ChatTemplateError, InvalidRequestError
-from .reasoning import ReasoningFormat, template_kwargs_for
 from .template_sandbox import RENDER_TIME_LIMIT_S, LimitedSandbox, render_limited
-from .types import ChatMessage, ChatRequest
 
 if TYPE_CHECKING:
     from jinja2.parser import Parser
 
-__all__ = [
-    "ChatTemplate",
-    "TemplateRenderer",
-    "messages_to_dicts",
-    "strip_leading_bos",
-    "template_inputs",
-]
+__all__ = ["ChatTemplate", "TemplateMessage", "messages_to_dicts", "strip_leading_bos"]
+
+
+@runtime_checkable
+class TemplateMessage(Protocol):
+    """A chat message object (the engine's ``ChatMessage``) that knows its template dict."""
+
+    def to_template_dict(self) -> dict[str, Any]: ...
 
 
 class _GenerationTag(Extension):
@@ -197,7 +196,7 @@ def _validate_messages(messages: object) -> None:
 
 
 def messages_to_dicts(
-    messages: Sequence[ChatMessage | Mapping[str, Any]],
+    messages: Sequence[TemplateMessage | Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
     """Turn engine ``ChatMessage`` objects (or mappings) into the dicts templates index into.
 
@@ -207,7 +206,7 @@ def messages_to_dicts(
         raise InvalidRequestError("messages must be a list of messages")
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        if isinstance(message, ChatMessage):
+        if isinstance(message, TemplateMessage):
             out.append(message.to_template_dict())
         elif isinstance(message, Mapping):
             out.append(dict(message))
@@ -215,54 +214,6 @@ def messages_to_dicts(
             raise InvalidRequestError(f"messages[{i}] is a {type(message).__name__}, not a message")
     _validate_messages(out)
     return out
-
-
-_HISTORY_KEY = "reasoning_content"  # where ChatMessage.to_template_dict puts earlier reasoning
-
-
-def template_inputs(request: ChatRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The messages and variables a chat request's template renders.
-
-    For a reasoning model (``request.reasoning``) the template's switch is set as the request
-    asks, and earlier reasoning goes under the field the template reads, or is left out where
-    the template does not render it.
-    """
-    messages = messages_to_dicts(request.messages)
-    kwargs = dict(request.template_kwargs)
-    spec = request.reasoning
-    if spec is None:
-        return messages, kwargs
-    kwargs.update(template_kwargs_for(spec.format, spec.enabled))
-    return _with_history(messages, spec.format), kwargs
-
-
-def _with_history(messages: list[dict[str, Any]], format: ReasoningFormat) -> list[dict[str, Any]]:
-    for message in messages:
-        reasoning = message.pop(_HISTORY_KEY, None)
-        if reasoning is not None and format.renders_history:
-            message[format.history_field] = reasoning
-    return messages
-
-
-class TemplateRenderer:
-    """A chat template alone, rendering chats the way an engine would (a ``ChatRenderer``):
-    enough to probe what the template does before any model is loaded."""
-
-    def __init__(self, source: str) -> None:
-        self._template = ChatTemplate(source, bos_token="", eos_token="")
-        self._source = source
-
-    def render_chat(self, request: ChatRequest) -> str:
-        template = self._template
-        if request.chat_template is not None and request.chat_template != self._source:
-            template = ChatTemplate(request.chat_template, bos_token="", eos_token="")
-        messages, kwargs = template_inputs(request)
-        return template.render(
-            messages,
-            add_generation_prompt=request.add_generation_prompt,
-            tools=list(request.tools) if request.tools is not None else None,
-            **kwargs,
-        )
 
 
 def strip_leading_bos(text: str, bos_token: str) -> str:

@@ -17,14 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (
+from ...errors import (
     EngineClosedError,
     EngineOverloadedError,
     RequestCancelledError,
     RequestTimeoutError,
 )
-from .requests import EmbedJob, PreparedRequest
-from .types import StreamChunk, Usage
+from ..embedding.job import EmbedJob
+from ..results import StreamChunk, Usage
+from .requests import PreparedRequest
 
 __all__ = ["Inbox", "InboxBatch"]
 

@@ -1,19 +1,19 @@
-"""What crosses from the caller's side to the worker: validated, tokenized work items."""
+"""What crosses from the caller's side to the worker: a validated, tokenized generation request
+(embedding jobs are ``embedding/queue.py``'s ``EmbedJob``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .channel import EventChannel
-from .reasoning import ReasoningSpec
+from ...prompts.reasoning import ReasoningSpec
+from ..channel import EventChannel
 
 if TYPE_CHECKING:
-    from .sampler import SamplerChain
-    from .vision import MediaPrompt
+    from ..native.sampler import SamplerChain
+    from ..native.vision import MediaPrompt
 
-__all__ = ["EmbedJob", "ForcedText", "PreparedRequest"]
+__all__ = ["ForcedText", "PreparedRequest"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,17 +48,3 @@ class ForcedText:
 
     after: int
     tokens: tuple[int, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class EmbedJob:
-    """Texts (already tokenized) to embed in as few batched decodes as the budget allows."""
-
-    request_id: str
-    token_lists: Sequence[Sequence[int]]
-    normalize: bool
-    submitted_at: float
-    deadline: float | None
-    channel: EventChannel = field(repr=False)
-    # Chunk-and-average mode: how many consecutive token lists make each text (None: one each).
-    chunks: Sequence[int] | None = None

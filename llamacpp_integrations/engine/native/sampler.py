@@ -17,9 +17,9 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from ..errors import InvalidRequestError
+from ...errors import InvalidRequestError
+from ..types import SamplingParams
 from .runner import GenerationContext, LoadedModel
-from .types import SamplingParams
 
 __all__ = ["SamplerChain"]
 

@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from .types import TokenLogprob, TopLogprob
+from ..results import TokenLogprob, TopLogprob
 
 __all__ = ["LogprobComputer", "Vocabulary"]
 

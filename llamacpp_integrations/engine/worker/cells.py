@@ -1,0 +1,124 @@
+"""One engine's generation KV cells, sequence by sequence, on the worker thread.
+
+The scheduler keeps the token bookkeeping (which tokens each slot's cells hold); this module
+applies it to the cells themselves. The generation context is made on first use, so an engine
+that only embeds never allocates one. A new request keeps the reusable prefix the scheduler
+found: its slot's cells cut back, a prefix shared from another slot, or a longer prefix restored
+from the prompt cache on disk. Cells of ended requests and of rejected drafts are dropped, and
+under pressure every idle slot's cells are freed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..config import EngineConfig
+from ..native.runner import GenerationContext, LoadedModel
+from ..prompt_cache.save_restore import SavedPrompts
+from .scheduler import Scheduler, SeqState
+
+__all__ = ["SequenceCells"]
+
+log = logging.getLogger("llamacpp_integrations.engine")
+
+
+class SequenceCells:
+    """The KV cells of one engine's sequences.
+
+    Args:
+        model: The weights the context is made on.
+        config: The engine's configuration (sequences, batch, threads, cache layout, disk).
+        scheduler: The engine's scheduler, whose slots say what the cells hold.
+        n_ctx_per_seq: Cells of one sequence.
+    """
+
+    def __init__(
+        self, model: LoadedModel, config: EngineConfig, scheduler: Scheduler, *, n_ctx_per_seq: int
+    ) -> None:
+        self._model = model
+        self._config = config
+        self._scheduler = scheduler
+        self._n_ctx_per_seq = n_ctx_per_seq
+        self._context: GenerationContext | None = None
+        self.disk = None if config.prompt_cache_dir is None else SavedPrompts(model, config)
+
+    @property
+    def made(self) -> bool:
+        """Whether the generation context exists yet."""
+        return self._context is not None
+
+    @property
+    def context(self) -> GenerationContext:
+        """The generation context, made on first use (``ModelLoadError`` when it cannot be)."""
+        if self._context is None:
+            config = self._config
+            self._context = GenerationContext(
+                self._model,
+                n_ctx_per_seq=self._n_ctx_per_seq,
+                n_seq_max=config.n_seq_max,
+                n_batch=config.n_batch,
+                n_threads=config.threads,
+                flash_attention=config.flash_attention_for(self._model.n_gpu_layers),
+                kv_unified=config.kv_unified,
+                tuning=config,
+            )
+        return self._context
+
+    def held(self, seq_id: int) -> int:
+        """How many cells a sequence holds (0 before the context exists)."""
+        if self._context is None:
+            return 0
+        lo, hi = self._context.pos_range(seq_id)
+        return 0 if hi < 0 else hi - lo + 1
+
+    def take_prefix(self, seq: SeqState, *, from_disk: bool) -> None:
+        """Give a newly admitted sequence the cells of its reusable prefix (as the scheduler
+        chose it), or a longer one from the disk cache when ``from_disk``; where that fails,
+        the sequence starts empty and evaluates its whole prompt."""
+        if not self._keep_prefix(seq):
+            self.context.remove(seq.slot.seq_id, 0)
+            self._scheduler.forget(seq)
+        if from_disk and self.disk is not None:
+            held = self.disk.restore(self.context, seq.slot.seq_id, seq.prompt, seq.n_reused)
+            if held is None:
+                self._scheduler.forget(seq)
+            elif held > seq.n_reused:
+                self._scheduler.restored(seq, held)
+
+    def _keep_prefix(self, seq: SeqState) -> bool:
+        """Keep the reusable prefix of the slot's cells and drop the rest; False if impossible."""
+        if seq.n_reused == 0:
+            return False
+        seq_id = seq.slot.seq_id
+        if seq.copy_from is not None:
+            self.context.remove(seq_id, 0)
+            self.context.share_prefix(seq.copy_from.seq_id, seq_id, seq.n_reused)
+        elif not self.context.remove(seq_id, seq.n_reused):
+            return False
+        return self.context.window_kept(seq_id, seq.n_reused)
+
+    def save_prompts(self, seqs: list[SeqState]) -> None:
+        """Save to the disk cache the cells of sequences that hold exactly their whole prompt."""
+        if self.disk is None:
+            return
+        read = [(seq.slot.seq_id, seq.prompt) for seq in seqs if seq.n_past == len(seq.prompt)]
+        if read:
+            self.disk.save(self.context, read)
+
+    def drop_idle(self) -> list[int]:
+        """Free the cells of every slot no request holds; the sequence ids freed."""
+        if self._context is None:
+            return []
+        dropped = []
+        for slot in self._scheduler.slots:
+            if not slot.busy and slot.cached:
+                self._context.remove(slot.seq_id, 0)
+                slot.cached.clear()
+                dropped.append(slot.seq_id)
+        return dropped
+
+    def close(self) -> None:
+        """Free the context and its cells."""
+        if self._context is not None:
+            self._context.close()
+            self._context = None

@@ -1,0 +1,45 @@
+"""What an engine's worker publishes between steps for callers to read: ``EngineStats``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..results import EngineStats, SlotStats
+
+if TYPE_CHECKING:
+    from ..speculation.step import SpeculationStep
+    from .cells import SequenceCells
+    from .scheduler import Scheduler
+
+__all__ = ["StatsBoard", "snapshot"]
+
+
+class StatsBoard:
+    """Where the worker publishes an engine's latest ``EngineStats`` for callers to read."""
+
+    def __init__(self) -> None:
+        self.latest = EngineStats(running=0, waiting=0, steps=0, slots=())
+
+
+def snapshot(
+    scheduler: Scheduler,
+    cells: SequenceCells,
+    speculation: SpeculationStep | None,
+    *,
+    running: int,
+    steps: int,
+) -> EngineStats:
+    """The engine's statistics now: every slot's cache and cells, and drafts so far."""
+    slots = []
+    for slot in scheduler.slots:
+        draft = 0 if speculation is None else speculation.draft_cells(slot.seq_id)
+        held = cells.held(slot.seq_id)
+        slots.append(SlotStats(slot.seq_id, slot.busy, len(slot.cached), held, draft))
+    return EngineStats(
+        running=running,
+        waiting=0,
+        steps=steps,
+        slots=tuple(slots),
+        drafted_tokens=0 if speculation is None else speculation.stats.drafted,
+        accepted_tokens=0 if speculation is None else speculation.stats.accepted,
+    )
