@@ -130,23 +130,20 @@ bench-remote: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
 	$(BIN)/python benchmarks/remote_embeddings.py --server $(LLAMA_SERVER) --json $(RESULTS)/remote_embeddings.json
 
-# The remote engine's tests (the "remote" variants, on a RemoteEngine) against live llama-servers
-# started on free loopback ports; `make test` replays them from tests/cassettes/ instead.
-REMOTE_TESTS := tests/integration/test_logprobs.py tests/integration/test_structured.py \
-	tests/integration/test_tool_calling.py tests/integration/test_embeddings.py \
-	tests/integration/test_images.py tests/integration/test_cancellation.py \
-	tests/integration/test_remote.py tests/standard/test_chat_model_standard.py
+# The remote engine's tests (marked `remote`: the variants that run on a RemoteEngine) against
+# live llama-servers started on free loopback ports, then the live-only tests (tests/live: a
+# fleet of servers); `make test` replays the remote variants from tests/cassettes/ instead.
 export LLAMACPP_INTEGRATIONS_LLAMA_SERVER ?= $(CURDIR)/$(LLAMA_SERVER)
 
 test-live: models $(LLAMA_SERVER)
-	$(BIN)/pytest $(REMOTE_TESTS) -k remote --disable-recording
+	$(BIN)/pytest tests/integration tests/standard -m remote --disable-recording
 	$(BIN)/pytest tests/live
 
 # Record the cassettes again (after a change to what the remote engine sends, or a new tested
 # server build); commit tests/cassettes/ with the change.
 record-cassettes: models $(LLAMA_SERVER)
 	rm -rf tests/cassettes
-	$(BIN)/pytest $(REMOTE_TESTS) -k remote --record-mode=rewrite
+	$(BIN)/pytest tests/integration tests/standard -m remote --record-mode=rewrite
 
 # Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings, both sides
 # taking turns: the tiny encoder, then SmolLM2 (about 50 minutes on 2 cores; pass TEXTS=200

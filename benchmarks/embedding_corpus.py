@@ -23,7 +23,7 @@ about 23 tokens, 5 rounds, taking turns the same way.
 
     python benchmarks/embedding_corpus.py --server PATH [--llama-bench PATH]
         [--model smollm2-135m] [--texts 2000] [--chunk 100] [--json PATH]
-        [--encoder]   # the tiny random BERT encoder of tests/fixtures instead of --model
+        [--encoder]   # the tiny random BERT encoder of tests/builders instead of --model
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, CompletionRequest, Engine
 from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
-from tests.fixtures.llama_servers import LlamaServerProcess
+from tests.live.llama_servers import LlamaServerProcess
 
 PORT = 18131
 WORDS = [
@@ -279,7 +279,7 @@ def main() -> None:
     threads = os.cpu_count() or 1
     load_before = os.getloadavg()[0]
     if args.encoder:
-        from tests.fixtures.tiny_encoder import build_tiny_encoder
+        from tests.builders.tiny_encoder import build_tiny_encoder
 
         model = str(build_tiny_encoder(Path(tempfile.mkdtemp()) / "tiny-bert.gguf"))
     else:

@@ -3,7 +3,7 @@
 The workload is what a vision app does: N users send a picture each under one long shared system
 prompt (a batch started at once), then each asks a follow-up question about the same picture.
 Both sides run SmolLM2-135M with the same tiny random-weight llava-1.5-style projector
-(``tests/fixtures/tiny_projector.py``; its answers are noise, only the work counts), the same
+(``tests/builders/tiny_projector.py``; its answers are noise, only the work counts), the same
 thread count, greedy, every answer exactly ``--max-tokens`` long (end-of-generation banned).
 
 * **ours** - ``Engine`` with ``mmproj``: the N requests decode together, each image is read into
@@ -51,7 +51,7 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.models import resolve_model_path
 from llamacpp_integrations.multimodal import load_image
-from tests.fixtures.tiny_projector import cached_tiny_projector
+from tests.builders.tiny_projector import cached_tiny_projector
 
 SYSTEM = (
     "You are an assistant for people who cannot see. For every picture, describe the scene "

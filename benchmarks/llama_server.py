@@ -44,7 +44,7 @@ from throughput import (
 
 from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
-from tests.fixtures.llama_servers import LlamaServerProcess
+from tests.live.llama_servers import LlamaServerProcess
 
 PORT = 18123
 

@@ -49,7 +49,7 @@ from llamacpp_integrations.remote import RemoteEngine
 from llamacpp_integrations.remote.fleet import FleetEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.fixtures.llama_servers import LlamaServerProcess
+from tests.live.llama_servers import LlamaServerProcess
 
 QUESTIONS = [
     "Why do leaves change colour in autumn?",

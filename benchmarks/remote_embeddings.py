@@ -32,7 +32,7 @@ from llamacpp_integrations.models import resolve_model_path
 from llamacpp_integrations.remote import RemoteEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.fixtures.llama_servers import LlamaServerProcess
+from tests.live.llama_servers import LlamaServerProcess
 
 SUBJECTS = ["river", "mountain", "library", "harbour", "orchard", "glacier", "market", "forest"]
 Embed = Callable[[Sequence[str]], list[list[float]]]

@@ -1,6 +1,6 @@
 """Soak: mixed traffic from threads and asyncio tasks at once for N minutes, then leak checks.
 
-One engine (SmolLM2-135M with the tiny random-weight projector of ``tests/fixtures``, so image
+One engine (SmolLM2-135M with the tiny random-weight projector of ``tests/builders``, so image
 requests run too) serves, for ``--minutes``: chats, streams, tool calls, structured output,
 embeddings, image chats and raw completions, from ``--threads`` threads and ``--tasks`` asyncio
 tasks. A share of them is cancelled at a random point (before the prompt is read, mid-stream,
@@ -63,7 +63,7 @@ from llamacpp_integrations.errors import (  # noqa: E402
     RequestTimeoutError,
 )
 from llamacpp_integrations.models import models_dir  # noqa: E402
-from tests.fixtures.tiny_projector import cached_tiny_projector  # noqa: E402
+from tests.builders.tiny_projector import cached_tiny_projector  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=0.8, seed=None)

@@ -47,7 +47,7 @@ from llamacpp_integrations.models import resolve_model_path
 from llamacpp_integrations.tools.structured import constrain
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.fixtures.llama_servers import LlamaServerProcess
+from tests.live.llama_servers import LlamaServerProcess
 
 PORT = 18131
 GREEDY = SamplingParams(temperature=0.0)

@@ -54,24 +54,24 @@ def engine(smollm_path: Path) -> Iterator[Engine]:
 def projector() -> Path:
     """A tiny random-weight image projector for SmolLM2 (width 576), in llava 1.5's layout:
     the one family that adds no special tokens of its own around an image (see the fixture)."""
-    from tests.fixtures.tiny_projector import cached_tiny_projector
+    from tests.builders.tiny_projector import cached_tiny_projector
 
     return cached_tiny_projector("mlp", 576)
 
 
 # ---- the remote engine (llama-server), live or replayed from cassettes -----------------------
-# See tests/remote_servers.py. A test takes ``any_engine`` to run on the local engine and on a
+# See tests/live/remote_servers.py. A test takes ``any_engine`` to run on the local engine and on a
 # RemoteEngine; the remote variant carries the ``vcr`` mark, so by default it replays its
 # cassette, and runs against live servers under --disable-recording or a recording --record-mode.
 
-from tests.remote_servers import (  # noqa: E402
+from tests.live.remote_servers import (  # noqa: E402
     LLAMA_SERVER,
     RECORDED_EMBEDDINGS_URL,
     RECORDED_URL,
     llama_server,
 )
 
-REMOTE = pytest.param("remote", marks=pytest.mark.vcr, id="remote")
+REMOTE = pytest.param("remote", marks=[pytest.mark.vcr, pytest.mark.remote], id="remote")
 ENGINES = ["local", REMOTE]
 _RECORDED_HOSTS: dict[str, str] = {}  # a live server's URL -> the URL its cassettes show
 
@@ -121,8 +121,10 @@ def vcr_config() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
-    module = request.node.path.stem if hasattr(request.node, "path") else "misc"
-    return str(ROOT / "tests" / "cassettes" / module)
+    """tests/cassettes/<suite>/<module>/: module names repeat across suites (unit and
+    integration both have a test_logprobs.py), so the suite keeps their cassettes apart."""
+    path = request.node.path
+    return str(ROOT / "tests" / "cassettes" / path.parent.name / path.stem)
 
 
 @pytest.fixture(scope="session")

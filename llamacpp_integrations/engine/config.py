@@ -95,7 +95,7 @@ class EngineConfig:
     """How to load a model and how to serve it.
 
     Engines whose configurations differ only in serving settings share one copy of the
-    weights and one worker thread; each keeps its own contexts (see ``engine/host.py``).
+    weights and one worker thread; each keeps its own contexts (see ``engine/worker/host.py``).
 
     Attributes:
         model: A local ``.gguf`` path, a known short name (``smollm2-135m``, ``gemma3-270m``),

@@ -2,7 +2,7 @@
 
 ``Engine`` implements ``InferenceEngine`` in this process. Its input processing
 (``preprocess.py``) turns a request into a ``PreparedRequest``, which goes through the engine's
-bounded inbox to its core on the model's worker thread (``host.py``); the caller reads events
+bounded inbox to its core on the model's worker thread (``worker/host.py``); the caller reads events
 from a ``RequestHandle``. For asyncio callers the input processing runs on a thread and queue
 waiting on a future, so the event loop does no CPU work and never blocks.
 """

@@ -2,7 +2,7 @@
 
 Two adapters asking for the same ``EngineConfig`` (same model file, same settings) get the same
 engine, so their requests are batched together. Adapters with different serving settings get
-different engines, which still share one copy of the weights (see ``host.py``). Entries are
+different engines, which still share one copy of the weights (see ``worker/host.py``). Entries are
 weak: when nothing references an engine any more it is closed and its memory freed.
 
 Adapters take an ``EngineHold`` and give it back when they close. The last one to let go

@@ -52,7 +52,7 @@ class SamplingParams:
         seed: Seed of the sampler's random numbers (``None``: a random seed).
         allow_speculation: Let the engine speculate for this request when it is configured to
             (``EngineConfig.speculative``); ``False`` opts this request out. The output is the
-            same either way (see ``engine/speculative.py``); only the speed differs.
+            same either way (see ``engine/speculation/drafts.py``); only the speed differs.
     """
 
     temperature: float = 0.8

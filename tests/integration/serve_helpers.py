@@ -12,7 +12,7 @@ import uvicorn
 
 from llamacpp_integrations.engine import InferenceEngine
 from llamacpp_integrations.server import create_app
-from tests.fixtures.llama_servers import free_port
+from tests.live.llama_servers import free_port
 
 
 def start_server(

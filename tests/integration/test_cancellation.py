@@ -26,7 +26,7 @@ def small_batch_engine(smollm_path: Path) -> Iterator[Engine]:
         yield engine
 
 
-@pytest.fixture(params=["local", "remote"])
+@pytest.fixture(params=["local", pytest.param("remote", marks=pytest.mark.remote)])
 def any_small_batch_engine(request: pytest.FixtureRequest) -> InferenceEngine:
     """The small-batch local engine, and a RemoteEngine (live only: a cassette cannot replay a
     stream closed half-way or a timeout)."""

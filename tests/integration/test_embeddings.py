@@ -110,6 +110,7 @@ def test_over_long_texts_follow_the_policy(smollm_path: Path) -> None:
 
 
 @pytest.mark.vcr
+@pytest.mark.remote
 def test_over_long_texts_follow_the_policy_remotely(remote_engine: InferenceEngine) -> None:
     # The embeddings server takes at most 512 tokens a text (its slot context and batch).
     long_text = "many words " * 300

@@ -1,6 +1,6 @@
 """Dedicated embedding and reranking models on tiny random-weight encoder GGUFs.
 
-The fixtures (tests/fixtures/tiny_encoder.py) are random: these tests check what the engine
+The tiny encoders (tests/builders/tiny_encoder.py) are random: these tests check what the engine
 and adapters guarantee (one deterministic vector per text, unit length, different texts apart,
 prefixes applied, scores deterministic and batch-independent, order following the scores), never
 that the vectors or scores mean anything.
@@ -22,7 +22,7 @@ from llamacpp_integrations.engine import ChatMessage, ChatRequest, Engine
 from llamacpp_integrations.errors import ContextOverflowError, InvalidRequestError
 from llamacpp_integrations.langchain import LlamaCppEmbeddings, LlamaCppReranker
 from llamacpp_integrations.llama_index import LlamaCppEmbedding, LlamaCppRerank
-from tests.fixtures.tiny_encoder import build_tiny_encoder
+from tests.builders.tiny_encoder import build_tiny_encoder
 
 TEXTS = ["the river is blue", "a cat and a dog", "copper glass", "", "what is the tide"]
 DOCS = ["the river runs to the sea", "bread of copper", "a blue sky", "owl", "fish in water"]

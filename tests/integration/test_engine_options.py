@@ -23,7 +23,7 @@ from llamacpp_integrations.engine.worker.host import loaded_weights
 from llamacpp_integrations.errors import InvalidRequestError, ModelLoadError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
-from tests.fixtures.tiny_lora import cached_tiny_lora
+from tests.builders.tiny_lora import cached_tiny_lora
 
 from .helpers import GREEDY, chat
 

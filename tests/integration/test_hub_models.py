@@ -11,8 +11,8 @@ import pytest
 from llamacpp_integrations.engine import EngineConfig
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.models import resolve_model_path
-from tests.fixtures.fake_hub import FakeHub, FakeRepo, point_huggingface_hub_at, serve_fake_hub
-from tests.fixtures.split_gguf import split_gguf
+from tests.builders.fake_hub import FakeHub, FakeRepo, point_huggingface_hub_at, serve_fake_hub
+from tests.builders.split_gguf import split_gguf
 
 pytest.importorskip("huggingface_hub")
 

@@ -1,6 +1,6 @@
 """The engine's image path on real models, with tiny random-weight projectors.
 
-SmolLM2-135M runs with a llava 1.5-style projector (``tests/fixtures/tiny_projector.py``) and
+SmolLM2-135M runs with a llava 1.5-style projector (``tests/builders/tiny_projector.py``) and
 Gemma 3 270M with a Gemma 3-style one. Their weights are random, so they prove the plumbing, not
 understanding: pixels are preprocessed and encoded by libmtmd, their embeddings are decoded into
 the request's own sequence beside other requests, the answer depends on the image, token counts
@@ -37,9 +37,9 @@ from llamacpp_integrations.errors import (
     RequestCancelledError,
 )
 from llamacpp_integrations.multimodal import load_image
+from tests.builders.tiny_projector import build_tiny_projector
+from tests.builders.tiny_qwen2vl import build_tiny_qwen2vl
 from tests.conftest import ENGINES
-from tests.fixtures.tiny_projector import build_tiny_projector
-from tests.fixtures.tiny_qwen2vl import build_tiny_qwen2vl
 from tests.integration.helpers import agree_up_to_a_tie
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -352,7 +352,7 @@ def test_gemma3_projector_on_gemma(gemma_path: Path, tmp_path: Path) -> None:
 
 
 def test_m_rope_family_counts_cells_not_positions(tmp_path: Path) -> None:
-    """Qwen2-VL's family (tiny random pair, tests/fixtures/tiny_qwen2vl.py): an image takes
+    """Qwen2-VL's family (tiny random pair, tests/builders/tiny_qwen2vl.py): an image takes
     fewer positions than embeddings, so positions, KV cells and cached counts must not mix."""
     model, mmproj = build_tiny_qwen2vl(tmp_path)
     config = EngineConfig(model=str(model), mmproj=str(mmproj), n_seq_max=2, n_ctx_per_seq=512)

@@ -34,7 +34,7 @@ from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.prompts.reasoning import ReasoningFormat, forced_end
 from llamacpp_integrations.tools import constrain
-from tests.fixtures.reasoning_templates import (
+from tests.builders.reasoning_templates import (
     GPT_OSS,
     GPT_OSS_FORMAT,
     QWEN3,

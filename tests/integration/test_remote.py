@@ -1,7 +1,8 @@
 """What only a remote engine has: the adapters' ``base_url``, health, stats, builds, failures.
 
 The other remote tests are the shared ones (``any_engine``, ``any_vision``...) in the other
-modules. These run on the same llama-servers, or replay their cassettes (tests/remote_servers.py).
+modules. These run on the same llama-servers, or replay their cassettes
+(tests/live/remote_servers.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from llamacpp_integrations.errors import ServerUnavailableError, UntestedServerE
 from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
 from llamacpp_integrations.remote import RemoteEngine, connect
-from tests.fixtures.llama_servers import free_port
+from tests.live.llama_servers import free_port
 
 GREEDY = SamplingParams(temperature=0.0)
-pytestmark = pytest.mark.vcr
+pytestmark = [pytest.mark.vcr, pytest.mark.remote]
 
 
 def _chat(text: str, **kwargs: object) -> ChatRequest:

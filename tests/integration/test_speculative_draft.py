@@ -3,7 +3,7 @@ stop strings intact, no cross-talk between sequences, nothing leaked, foreign vo
 refused.
 
 The target is SmolLM2-135M. Two drafts: a tiny random-weight llama on SmolLM2's tokenizer
-(``tests/fixtures/tiny_draft.py``), whose drafts are nearly always rejected, and SmolLM2 itself,
+(``tests/builders/tiny_draft.py``), whose drafts are nearly always rejected, and SmolLM2 itself,
 whose greedy drafts are nearly always accepted; between them both branches of verification and
 of the draft context's bookkeeping (rejected cells dropped, accepted ones kept) run. Exactness is
 checked as in ``test_speculative.py``: identical tokens up to the first near-tie.
@@ -29,7 +29,7 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.engine.worker.host import loaded_draft_weights
 from llamacpp_integrations.errors import ModelLoadError
-from tests.fixtures.tiny_draft import build_tiny_draft
+from tests.builders.tiny_draft import build_tiny_draft
 
 from .helpers import GREEDY, QUESTIONS, agree_up_to_a_tie, idle_and_freed, wait_for
 from .test_speculative import (

@@ -19,7 +19,7 @@ from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
 from llamacpp_integrations.errors import LlamaCppIntegrationError, ServerUnavailableError
 from llamacpp_integrations.remote.fleet import FleetEngine
 from llamacpp_integrations.remote.routing import ServerState
-from tests.fixtures.llama_servers import LlamaServerProcess, llama_server_binary
+from tests.live.llama_servers import LlamaServerProcess, llama_server_binary
 
 BINARY = llama_server_binary()
 pytestmark = pytest.mark.skipif(

@@ -19,9 +19,9 @@ from PIL import Image
 
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.models import models_dir
+from tests.builders.tiny_projector import cached_tiny_projector
 from tests.conftest import SMOLLM
-from tests.fixtures.tiny_projector import cached_tiny_projector
-from tests.remote_servers import RECORDED_EMBEDDINGS_URL, RECORDED_URL
+from tests.live.remote_servers import RECORDED_EMBEDDINGS_URL, RECORDED_URL
 
 MODEL = "smollm2-135m"
 # The same engine settings for every test instance, so they all share one registry engine.
@@ -200,10 +200,12 @@ class TestChatLlamaCppIntegration(_Capabilities, ChatModelIntegrationTests):
 
 
 @pytest.mark.vcr
+@pytest.mark.remote
 class TestChatLlamaCppRemote(TestChatLlamaCppIntegration):
     """The same suite on a llama-server through ``base_url`` (a ``RemoteEngine``): replayed from
-    tests/cassettes/test_chat_model_standard/ by default, live under ``make test-live``, and
-    recorded by ``make record-cassettes``. LangChain's VCR test (``test_stream_time``) is on."""
+    tests/cassettes/standard/test_chat_model_standard/ by default, live under ``make test-live``,
+    and recorded by ``make record-cassettes``. LangChain's VCR test (``test_stream_time``) is
+    on."""
 
     @pytest.fixture
     def model(self, request: Any, remote_urls: tuple[str, str]) -> BaseChatModel:

@@ -20,7 +20,7 @@ from llamacpp_integrations.models import (
     resolve_mmproj_path,
     resolve_model_path,
 )
-from tests.fixtures.fake_hub import FakeHub, FakeRepo, point_huggingface_hub_at, serve_fake_hub
+from tests.builders.fake_hub import FakeHub, FakeRepo, point_huggingface_hub_at, serve_fake_hub
 
 hf_constants = pytest.importorskip("huggingface_hub.constants")
 

@@ -1,6 +1,6 @@
 """Reasoning formats: detection by rendering probe conversations, and splitting of output.
 
-The templates (``tests/fixtures/reasoning_templates.py``) are written in the style of each
+The templates (``tests/builders/reasoning_templates.py``) are written in the style of each
 family's published chat template and rendered by the package's own sandboxed Jinja renderer
 behind a fake engine. The recorded outputs are literal strings shaped like what those models
 write; each is split whole, fed one character at a time and fed in random pieces, and the three
@@ -27,7 +27,7 @@ from llamacpp_integrations.prompts.reasoning import (
     template_kwargs_for,
 )
 from llamacpp_integrations.tools import detect_reasoning
-from tests.fixtures.reasoning_templates import (
+from tests.builders.reasoning_templates import (
     CHATML,
     DETECTED,
     GPT_OSS,

@@ -27,7 +27,7 @@ from llamacpp_integrations.tools import (
     constrain,
     written_reasoning,
 )
-from tests.fixtures.reasoning_templates import (
+from tests.builders.reasoning_templates import (
     GPT_OSS,
     GPT_OSS_FORMAT,
     QWEN3,

@@ -20,7 +20,7 @@ from llamacpp_integrations.engine.sizing import (
 )
 from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.models import read_gguf_info
-from tests.fixtures.model_headers import LLAMA_8B, LLAMA_70B, write_header
+from tests.builders.model_headers import LLAMA_8B, LLAMA_70B, write_header
 
 GiB = 1024**3
 KIB = 1024

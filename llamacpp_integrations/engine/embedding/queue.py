@@ -1,6 +1,6 @@
 """Embedding jobs waiting on the worker, cut into batches that fit one embedding decode.
 
-Jobs are served oldest first; a batch is packed by token count (``embedding_packing``) from as
+Jobs are served oldest first; a batch is packed by token count (``packing.py``) from as
 many jobs as fit the context's token budget and sequence count, so a big job does not starve
 small ones for more than one decode, and a job's vectors are delivered together, in the order of
 its texts, once its last text is embedded. Pure bookkeeping: the

@@ -1,7 +1,7 @@
-"""The llama.cpp boundary: loaded weights, the generation context, and one batched decode.
+"""Loaded weights, the generation context, and one batched decode.
 
-Only this module (with ``sampler.py``, ``embedder.py`` and ``llama_log.py``) imports ``llama_cpp``.
-Return codes of llama.cpp are translated into this package's errors here. ``LoadedModel`` is
+Like every module of ``engine/native/`` (the only folder that imports ``llama_cpp``), it
+translates llama.cpp's return codes into this package's errors. ``LoadedModel`` is
 read-only after loading and may be used from any thread (tokenizing, detokenizing); a
 ``GenerationContext`` is touched by the engine's worker thread only.
 """

@@ -1,7 +1,7 @@
 """The prompt cache on disk, applied to a generation context: long prompts' KV states saved after
 they are read, and restored into a new request's slot when they share a longer prefix with its
 prompt than any slot does. The files themselves (naming, checks, size cap) are
-``prompt_disk_cache.py``'s."""
+``disk_store.py``'s."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ another request.
 
 Drafts are greedy (the argmax of the draft's logits), so the draft distribution is one-hot and
 the worker's "sample the target, keep the draft while they agree" is exactly the
-speculative-sampling rule (see ``speculative.py``). All speculating sequences draft together:
+speculative-sampling rule (see ``drafts.py``). All speculating sequences draft together:
 one batched decode per drafted position.
 """
 

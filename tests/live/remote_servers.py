@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.fixtures.llama_servers import DEFAULT_BINARY, LlamaServerProcess
+from tests.live.llama_servers import DEFAULT_BINARY, LlamaServerProcess
 
 __all__ = ["LLAMA_SERVER", "RECORDED_EMBEDDINGS_URL", "RECORDED_URL", "llama_server"]
 
