@@ -5,9 +5,9 @@ new request takes the free slot sharing the longest prefix with its prompt and e
 rest. A step holds one token of every generating sequence first (so streams keep flowing), then
 prompt chunks of the sequences still reading their prompt, up to ``n_batch`` tokens in all.
 
-Images in a prompt are spans of positions holding a negative key (see ``native/vision.py``). They are
-evaluated apart from the batched text decode, one image per step, so running streams keep
-flowing while an image is read; a text chunk never crosses into an image.
+Images in a prompt are spans of positions holding a negative key (see ``native/vision.py``).
+They are evaluated apart from the batched text decode, one image per step, so running streams
+keep flowing while an image is read; a text chunk never crosses into an image.
 """
 
 from __future__ import annotations
