@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..errors import ChatTemplateError, InvalidRequestError
+from ..errors import ChatTemplateError
 from .chat_template import ChatTemplate, TemplateMessage, messages_to_dicts, strip_leading_bos
 from .media import ImageInput, flatten_parts
 from .reasoning import ReasoningFormat, ReasoningSpec, template_kwargs_for
@@ -143,15 +143,11 @@ class ChatTemplates:
         ``marker`` is ``None`` when the request has no images.
 
         Raises:
-            InvalidRequestError: no messages, or a malformed one.
+            InvalidRequestError: no messages, or a malformed one (``messages_to_dicts``).
             ChatTemplateError: no template, or the template failed.
         """
         template = self.template_for(request)
         messages, kwargs = template_inputs(request)
-        if not messages:
-            raise InvalidRequestError(
-                "a chat needs at least one message", request_id=request.request_id
-            )
         messages, images = flatten_parts(messages, marker)
         text = template.render(
             messages,

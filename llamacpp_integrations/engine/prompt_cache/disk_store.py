@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..batch import common_prefix
+
 __all__ = ["CachedPrefix", "PromptDiskCache"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
@@ -53,15 +55,6 @@ class CachedPrefix:
 
 def _tokens_hash(tokens: Sequence[int]) -> str:
     return hashlib.sha256(array("i", tokens).tobytes()).hexdigest()[:32]
-
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class PromptDiskCache:
@@ -150,7 +143,7 @@ class PromptDiskCache:
                 if tokens is None:
                     continue
                 self._known[entry.name] = tokens
-            n = _shared(tokens, prompt)
+            n = common_prefix(tokens, prompt)
             if n >= self.min_tokens and (best is None or n > best.n_shared):
                 best = CachedPrefix(entry, tokens, n)
         return best
