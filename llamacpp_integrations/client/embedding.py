@@ -111,17 +111,45 @@ def model_prefixes(engine: InferenceEngine) -> Prefixes:
     return prefixes_for(engine.info.architecture, engine.info.name)
 
 
-def _check(texts: Sequence[str]) -> None:
-    if isinstance(texts, Sequence) and not isinstance(texts, str) and not texts:
-        raise InvalidRequestError("got an empty list of texts: pass at least one text")
+class _EmbeddingRun:
+    """One call's texts in batches of ``batch_size``, the engine keywords ``settings`` make, and
+    the vectors gathered so far (progress advancing per batch)."""
 
+    def __init__(
+        self, texts: Sequence[str], settings: EmbeddingSettings, progress: Progress | None
+    ) -> None:
+        if isinstance(texts, Sequence) and not isinstance(texts, str) and not texts:
+            raise InvalidRequestError("got an empty list of texts: pass at least one text")
+        self._texts = texts
+        self._settings = settings
+        self._progress = progress
+        self.keywords: dict[str, Any] = {
+            "normalize": settings.normalize,
+            "truncate": settings.truncate,
+            "timeout": settings.timeout,
+        }
+        if settings.chunk_long_texts:
+            self.keywords["chunk"] = True  # only a ChunkingEngine takes it
+        self.vectors: list[list[float]] = []
 
-def _batches(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    if isinstance(texts, str):
-        yield texts  # refused by the engine with its own message
-        return
-    for start in range(0, len(texts), size):
-        yield texts[start : start + size]
+    def engine(self, engine: InferenceEngine) -> InferenceEngine | ChunkingEngine:
+        """The engine to embed with: ``engine``, which must chunk when asked to."""
+        return _chunking(engine) if self._settings.chunk_long_texts else engine
+
+    def batches(self) -> Iterator[Sequence[str]]:
+        """The texts, ``batch_size`` at a time."""
+        if isinstance(self._texts, str):
+            yield self._texts  # refused by the engine with its own message
+            return
+        size = self._settings.batch_size
+        for start in range(0, len(self._texts), size):
+            yield self._texts[start : start + size]
+
+    def done(self, batch: Sequence[str], vectors: list[list[float]]) -> None:
+        """Take a batch's vectors."""
+        self.vectors += vectors
+        if self._progress is not None:
+            self._progress.update(len(batch))
 
 
 def embed_texts(
@@ -132,28 +160,11 @@ def embed_texts(
     progress: Progress | None = None,
 ) -> list[list[float]]:
     """One vector per text, in order, one engine call per ``batch_size`` texts."""
-    _check(texts)
-    engine = binding.get()
-    vectors: list[list[float]] = []
-    for batch in _batches(texts, settings.batch_size):
-        if settings.chunk_long_texts:
-            vectors += _chunking(engine).embed(
-                batch,
-                normalize=settings.normalize,
-                truncate=settings.truncate,
-                timeout=settings.timeout,
-                chunk=True,
-            )
-        else:
-            vectors += engine.embed(
-                batch,
-                normalize=settings.normalize,
-                truncate=settings.truncate,
-                timeout=settings.timeout,
-            )
-        if progress is not None:
-            progress.update(len(batch))
-    return vectors
+    run = _EmbeddingRun(texts, settings, progress)
+    engine = run.engine(binding.get())
+    for batch in run.batches():
+        run.done(batch, engine.embed(batch, **run.keywords))
+    return run.vectors
 
 
 async def aembed_texts(
@@ -164,28 +175,11 @@ async def aembed_texts(
     progress: Progress | None = None,
 ) -> list[list[float]]:
     """Async ``embed_texts``: the first call loads the weights on a thread."""
-    _check(texts)
-    engine = await binding.aget()
-    vectors: list[list[float]] = []
-    for batch in _batches(texts, settings.batch_size):
-        if settings.chunk_long_texts:
-            vectors += await _chunking(engine).aembed(
-                batch,
-                normalize=settings.normalize,
-                truncate=settings.truncate,
-                timeout=settings.timeout,
-                chunk=True,
-            )
-        else:
-            vectors += await engine.aembed(
-                batch,
-                normalize=settings.normalize,
-                truncate=settings.truncate,
-                timeout=settings.timeout,
-            )
-        if progress is not None:
-            progress.update(len(batch))
-    return vectors
+    run = _EmbeddingRun(texts, settings, progress)
+    engine = run.engine(await binding.aget())
+    for batch in run.batches():
+        run.done(batch, await engine.aembed(batch, **run.keywords))
+    return run.vectors
 
 
 def _chunking(engine: InferenceEngine) -> ChunkingEngine:

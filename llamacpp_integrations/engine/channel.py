@@ -46,27 +46,40 @@ class EventChannel:
             return False
         return True
 
+    @classmethod
+    def for_loop(cls) -> EventChannel:
+        """A channel read by the running event loop (call it on that loop)."""
+        return cls(asyncio.get_running_loop())
+
     def get(self, alive: Callable[[], bool]) -> object:
         """Wait for the next event (thread side); ``alive`` guards against a dead worker."""
         assert self._sync is not None, "this channel belongs to an event loop"
-        while True:
-            try:
+        for _ in _polls(alive):
+            with contextlib.suppress(queue.Empty):
                 return self._sync.get(timeout=_POLL_S)
-            except queue.Empty:
-                if not alive():
-                    return EngineClosedError("the engine stopped before the request finished")
+        return _worker_gone()
 
     async def aget(self, alive: Callable[[], bool]) -> object:
         """Wait for the next event without blocking the event loop."""
         assert self._async is not None, "this channel was made for a thread, not an event loop"
         if not self._async.empty():  # the common case mid-stream: no wait_for task per token
             return self._async.get_nowait()
-        while True:
-            try:
+        for _ in _polls(alive):
+            with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)
-            except TimeoutError:
-                if not alive():
-                    return EngineClosedError("the engine stopped before the request finished")
+        return _worker_gone()
+
+
+def _polls(alive: Callable[[], bool]) -> Iterator[None]:
+    """One turn per wait of ``_POLL_S`` seconds for an event, for as long as the worker that
+    would send it is alive."""
+    yield
+    while alive():
+        yield
+
+
+def _worker_gone() -> EngineClosedError:
+    return EngineClosedError("the engine stopped before the request finished")
 
 
 class RequestHandle:

@@ -227,10 +227,10 @@ class Engine:
             )
         return self._prep.prepare(request, channel)
 
-    def _handle(self, prepared: PreparedRequest, channel: EventChannel) -> RequestHandle:
+    def _handle(self, prepared: PreparedRequest) -> RequestHandle:
         return RequestHandle(
             prepared.request_id,
-            channel,
+            prepared.channel,
             self._inbox.cancel,
             self._host.alive,
             logprobs=prepared.logprobs is not None,
@@ -244,19 +244,17 @@ class Engine:
         When ``max_queued`` requests already wait, wait up to ``queue_timeout`` seconds (``None``:
         as long as it takes) for room, then raise ``EngineOverloadedError``.
         """
-        channel = EventChannel()
-        prepared = self._prepare(request, channel)
+        prepared = self._prepare(request, EventChannel())
         self._inbox.put(prepared, wait=queue_timeout)
-        return self._handle(prepared, channel)
+        return self._handle(prepared)
 
     async def asubmit(
         self, request: GenerationRequest, *, queue_timeout: float | None = 0.0
     ) -> RequestHandle:
         """Like ``submit`` for asyncio; the handle is read with ``async for``."""
-        channel = EventChannel(asyncio.get_running_loop())
-        prepared = await asyncio.to_thread(self._prepare, request, channel)
+        prepared = await asyncio.to_thread(self._prepare, request, EventChannel.for_loop())
         await self._inbox.aput(prepared, wait=queue_timeout)
-        return self._handle(prepared, channel)
+        return self._handle(prepared)
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Run a request to the end. Raises the request's typed error if it fails."""
@@ -313,10 +311,8 @@ class Engine:
         ``max_queued`` requests already wait, this waits for room, up to ``timeout`` seconds if
         given, then raises ``EngineOverloadedError``.
         """
-        channel = EventChannel()
-        job = self._embed_job(texts, channel, normalize, truncate, timeout, chunk)
-        self._inbox.put(job, wait=timeout)
-        return _vectors(channel.get(self._host.alive))
+        job = self._embed_job(texts, EventChannel(), normalize, truncate, timeout, chunk)
+        return self._run(job, timeout)
 
     async def aembed(
         self,
@@ -328,13 +324,23 @@ class Engine:
         chunk: bool = False,
     ) -> list[list[float]]:
         """Async ``embed``; tokenizing runs on a thread."""
-        channel = EventChannel(asyncio.get_running_loop())
+        channel = EventChannel.for_loop()
         job = await asyncio.to_thread(
             self._embed_job, texts, channel, normalize, truncate, timeout, chunk
         )
-        await self._inbox.aput(job, wait=timeout)
+        return await self._arun(job, timeout)
+
+    def _run(self, job: EmbedJob, wait: float | None) -> list[list[float]]:
+        """Queue an embedding job (waiting up to ``wait`` seconds for room) and wait for its
+        vectors."""
+        self._inbox.put(job, wait=wait)
+        return _vectors(job.channel.get(self._host.alive))
+
+    async def _arun(self, job: EmbedJob, wait: float | None) -> list[list[float]]:
+        """Async ``_run``; cancelling the awaiting task cancels the job."""
+        await self._inbox.aput(job, wait=wait)
         try:
-            return _vectors(await channel.aget(self._host.alive))
+            return _vectors(await job.channel.aget(self._host.alive))
         except asyncio.CancelledError:
             self._inbox.cancel(job.request_id)
             raise
@@ -373,10 +379,8 @@ class Engine:
         work. A pair longer than ``embedding_n_ctx`` tokens raises ``ContextOverflowError``
         unless ``truncate`` cuts the document's end. Needs a model whose pooling is ``rank``.
         """
-        channel = EventChannel()
-        job = self._rerank_job(query, documents, channel, truncate, timeout)
-        self._inbox.put(job, wait=timeout)
-        return [v[0] for v in _vectors(channel.get(self._host.alive))]
+        job = self._rerank_job(query, documents, EventChannel(), truncate, timeout)
+        return _scores(self._run(job, timeout))
 
     async def arerank(
         self,
@@ -387,16 +391,11 @@ class Engine:
         timeout: float | None = None,
     ) -> list[float]:
         """Async ``rerank``; tokenizing runs on a thread."""
-        channel = EventChannel(asyncio.get_running_loop())
+        channel = EventChannel.for_loop()
         job = await asyncio.to_thread(
             self._rerank_job, query, documents, channel, truncate, timeout
         )
-        await self._inbox.aput(job, wait=timeout)
-        try:
-            return [v[0] for v in _vectors(await channel.aget(self._host.alive))]
-        except asyncio.CancelledError:
-            self._inbox.cancel(job.request_id)
-            raise
+        return _scores(await self._arun(job, timeout))
 
     # ---- introspection --------------------------------------------------------------------
 
@@ -424,3 +423,8 @@ def _vectors(event: object) -> list[list[float]]:
         raise event
     assert isinstance(event, list)
     return event
+
+
+def _scores(vectors: list[list[float]]) -> list[float]:
+    """A rank pooling's scores: the one value of each pair's vector."""
+    return [v[0] for v in vectors]

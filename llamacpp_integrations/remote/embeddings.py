@@ -86,45 +86,19 @@ class RemoteEmbeddings:
             return self._server
         return await asyncio.to_thread(self._setup)
 
-    def _fit(
-        self,
-        server: _EmbeddingServer,
-        index: int,
-        tokens: list[int],
-        truncate: bool,
-        request_id: str,
-    ) -> list[int]:
-        return fit_tokens(
-            tokens or [server.bos], server.limit, truncate=truncate, subject=f"text {index} has",
-            taker="the embeddings server takes",
-            hint="pass truncate=True, or raise its -c and -ub", request_id=request_id,
-        )  # fmt: skip
-
     def token_lists(self, texts: Sequence[str], truncate: bool, request_id: str) -> list[list[int]]:
         """Each text's tokens, within the server's limit (or ``ContextOverflowError``)."""
         _check_texts(texts, request_id)
-        server = self._setup()
-
-        def tokens_of(index: int) -> list[int]:
-            tokens = self._transport.tokenize(texts[index], add_special=True, parse_special=False)
-            return self._fit(server, index, tokens, truncate, request_id)
-
-        return map_bounded(tokens_of, range(len(texts)), TOKENIZE_CONCURRENCY)
+        tokens = _TextTokens(self._transport, self._setup(), texts, truncate, request_id)
+        return map_bounded(tokens.of, range(len(texts)), TOKENIZE_CONCURRENCY)
 
     async def atoken_lists(
         self, texts: Sequence[str], truncate: bool, request_id: str
     ) -> list[list[int]]:
         """Async ``token_lists``."""
         _check_texts(texts, request_id)
-        server = await self._asetup()
-
-        async def tokens_of(index: int) -> list[int]:
-            tokens = await self._transport.atokenize(
-                texts[index], add_special=True, parse_special=False
-            )
-            return self._fit(server, index, tokens, truncate, request_id)
-
-        return await amap_bounded(tokens_of, range(len(texts)), TOKENIZE_CONCURRENCY)
+        tokens = _TextTokens(self._transport, await self._asetup(), texts, truncate, request_id)
+        return await amap_bounded(tokens.aof, range(len(texts)), TOKENIZE_CONCURRENCY)
 
     def _send(
         self, tokens: list[int], normalize: bool, timeout: float | None, request_id: str
@@ -140,7 +114,7 @@ class RemoteEmbeddings:
 
         with self._sender_lock:
             if self._closed:
-                raise EngineClosedError("the engine is closed", request_id=request_id)
+                raise _closed(request_id)
             if self._sender is None:
                 self._sender = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="llamacpp-remote-embeddings"
@@ -150,32 +124,80 @@ class RemoteEmbeddings:
     def embed(
         self, texts: Sequence[str], *, normalize: bool, truncate: bool, timeout: float | None
     ) -> list[list[float]]:
+        """One vector per text; the texts go to the sender one after another."""
         request_id = new_request_id()
-        vectors = []
-        for tokens in self.token_lists(texts, truncate, request_id):
-            sent = self._send(tokens, normalize, timeout, request_id)
-            try:
-                vectors.append(sent.result())
-            except CancelledError:  # only ``close`` cancels a queued text of a sync caller
-                raise EngineClosedError("the engine is closed", request_id=request_id) from None
-        return vectors
+        token_lists = self.token_lists(texts, truncate, request_id)
+        return [
+            _vector(self._send(tokens, normalize, timeout, request_id), request_id)
+            for tokens in token_lists
+        ]
 
     async def aembed(
         self, texts: Sequence[str], *, normalize: bool, truncate: bool, timeout: float | None
     ) -> list[list[float]]:
+        """Async ``embed``."""
         request_id = new_request_id()
-        vectors = []
-        for tokens in await self.atoken_lists(texts, truncate, request_id):
-            sent = self._send(tokens, normalize, timeout, request_id)
-            try:
-                # Cancelling the task drops a text not sent yet; one being sent completes.
-                vectors.append(await asyncio.wrap_future(sent))
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # the caller's own cancellation
-                raise EngineClosedError("the engine is closed", request_id=request_id) from None
-        return vectors
+        token_lists = await self.atoken_lists(texts, truncate, request_id)
+        return [
+            await _avector(self._send(tokens, normalize, timeout, request_id), request_id)
+            for tokens in token_lists
+        ]
+
+
+def _closed(request_id: str) -> EngineClosedError:
+    return EngineClosedError("the engine is closed", request_id=request_id)
+
+
+def _vector(sent: Future[list[float]], request_id: str) -> list[float]:
+    """The vector of a text queued on the sender, once it was sent."""
+    try:
+        return sent.result()
+    except CancelledError:  # only ``close`` cancels a queued text of a sync caller
+        raise _closed(request_id) from None
+
+
+async def _avector(sent: Future[list[float]], request_id: str) -> list[float]:
+    """Async ``_vector``: cancelling the task drops a text not sent yet; one being sent
+    completes."""
+    try:
+        return await asyncio.wrap_future(sent)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the caller's own cancellation
+        raise _closed(request_id) from None
+
+
+@dataclass(frozen=True)
+class _TextTokens:
+    """One call's texts as the token lists the server takes: tokenized by its ``/tokenize``,
+    then held to its limit (``truncate``: cut, else ``ContextOverflowError``)."""
+
+    transport: Transport
+    server: _EmbeddingServer
+    texts: Sequence[str]
+    truncate: bool
+    request_id: str
+
+    def of(self, index: int) -> list[int]:
+        """Text ``index``'s tokens."""
+        text = self.texts[index]
+        tokens = self.transport.tokenize(text, add_special=True, parse_special=False)
+        return self._fit(index, tokens)
+
+    async def aof(self, index: int) -> list[int]:
+        """Async ``of``."""
+        text = self.texts[index]
+        tokens = await self.transport.atokenize(text, add_special=True, parse_special=False)
+        return self._fit(index, tokens)
+
+    def _fit(self, index: int, tokens: list[int]) -> list[int]:
+        server = self.server
+        return fit_tokens(
+            tokens or [server.bos], server.limit, truncate=self.truncate,
+            subject=f"text {index} has", taker="the embeddings server takes",
+            hint="pass truncate=True, or raise its -c and -ub", request_id=self.request_id,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from ..errors import (
 )
 from .builds import check_build
 from .collect import acollect, collect
+from .completion_stream import CompletionStream
 from .embeddings import RemoteEmbeddings
 from .payload import completion_body
 from .prompts import RemotePrompts
 from .server_info import ServerDescription, describe_server, parse_metrics, stats_from
-from .stream_reading import StreamReading
 from .transport import Transport
 
 __all__ = ["RemoteEngine"]
@@ -245,43 +245,31 @@ class RemoteEngine:
             raise InvalidRequestError("the prompt is empty", request_id=request.request_id)
         return completion_body(request, prompt, images)
 
+    def _completion(self, request: GenerationRequest) -> CompletionStream:
+        return CompletionStream(request, self._body(request), self._gen)
+
     def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
         """Chunks as the server streams them; leaving the loop early closes the stream, and
         the server aborts the request."""
-        body = self._body(request)
-        reading = StreamReading(request, self._gen)
-        with self._gen.stream(
-            "/completion", body, timeout=request.timeout, request_id=request.request_id
-        ) as response:
-            try:
-                for line in response.iter_lines():
-                    chunk = reading.read(line)
-                    if chunk is not None:
-                        yield chunk
-                        if chunk.finish_reason is not None:
-                            return
-            except httpx.HTTPError as exc:
-                raise reading.failed(exc) from exc
-        raise reading.cut_short()
+        call = self._completion(request)
+        with call.open() as response:
+            for line in response.iter_lines():
+                yield from call.chunks(line)
+                if call.finished:
+                    return
+        raise call.cut_short()
 
     async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
         """Async ``stream``; closing the generator or cancelling the task aborts the request."""
         await self._aserver()
-        body = await asyncio.to_thread(self._body, request)
-        reading = StreamReading(request, self._gen)
-        async with self._gen.astream(
-            "/completion", body, timeout=request.timeout, request_id=request.request_id
-        ) as response:
-            try:
-                async for line in response.aiter_lines():
-                    chunk = reading.read(line)
-                    if chunk is not None:
-                        yield chunk
-                        if chunk.finish_reason is not None:
-                            return
-            except httpx.HTTPError as exc:
-                raise reading.failed(exc) from exc
-        raise reading.cut_short()
+        call = await asyncio.to_thread(self._completion, request)
+        async with call.aopen() as response:
+            async for line in response.aiter_lines():
+                for chunk in call.chunks(line):
+                    yield chunk
+                if call.finished:
+                    return
+        raise call.cut_short()
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Run a request to the end; raises the request's typed error if it fails."""

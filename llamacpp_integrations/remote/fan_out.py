@@ -19,11 +19,18 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+def _width(limit: int, n_items: int) -> int:
+    """How many calls run at once: up to ``limit``, no more than there are items, at least
+    one."""
+    return max(1, min(limit, n_items))
+
+
 def map_bounded(call: Callable[[Item], Result], items: Sequence[Item], limit: int) -> list[Result]:
     """``[call(item) for item in items]``, on up to ``limit`` threads at once."""
-    if limit <= 1 or len(items) <= 1:
+    threads = _width(limit, len(items))
+    if threads == 1:
         return [call(item) for item in items]
-    pool = ThreadPoolExecutor(max_workers=min(limit, len(items)))
+    pool = ThreadPoolExecutor(max_workers=threads)
     try:
         futures = [pool.submit(call, item) for item in items]
         return [future.result() for future in futures]
@@ -35,16 +42,23 @@ async def amap_bounded(
     call: Callable[[Item], Awaitable[Result]], items: Sequence[Item], limit: int
 ) -> list[Result]:
     """Async ``map_bounded``: up to ``limit`` calls awaited at once."""
-    gate = asyncio.Semaphore(max(1, limit))
-
-    async def gated(item: Item) -> Result:
-        async with gate:
-            return await call(item)
-
-    tasks = [asyncio.ensure_future(gated(item)) for item in items]
+    gate = asyncio.Semaphore(_width(limit, len(items)))
+    tasks = [asyncio.ensure_future(_gated(gate, call, item)) for item in items]
     try:
         return list(await asyncio.gather(*tasks))
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_all(tasks)
+
+
+async def _gated(
+    gate: asyncio.Semaphore, call: Callable[[Item], Awaitable[Result]], item: Item
+) -> Result:
+    async with gate:
+        return await call(item)
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Future[Result]]) -> None:
+    """Cancel what still runs of ``tasks`` and wait until all of them have ended."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

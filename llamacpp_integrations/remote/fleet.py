@@ -5,10 +5,11 @@ keeps every server's load and health. Generation routes by the request's affinit
 (``affinity.affinity_key``: a chat's system messages and tools, a raw prompt's first
 characters), so requests sharing a prompt prefix land where it is cached.
 
-Retries: a request that fails before its first chunk reached the caller, with an error the
-server marks ``retryable`` (connection refused, 5xx, 503 while loading), goes to another healthy
-server, each server tried at most once. Once a chunk was delivered the error reaches the caller
-as it is (the text already shown cannot be taken back); the server is ejected either way.
+Retries (decided in ``failover``; the fleet only sends, awaits and iterates): a request that
+fails before its first chunk reached the caller, with an error the server marks ``retryable``
+(connection refused, 5xx, 503 while loading), goes to another healthy server, each server tried
+at most once. Once a chunk was delivered the error reaches the caller as it is (the text
+already shown cannot be taken back); the server is ejected either way.
 
 Health: a ``health_probes.HealthProber`` probes ``/health`` (``RemoteEngine.health``) of healthy
 servers every ``probe_interval`` seconds and of ejected ones once their ``cooldown`` is over,
@@ -23,6 +24,7 @@ healthy server, trying the next on a server failure.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +33,12 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import SecretStr
 
 from ..engine.interface import InferenceEngine, PromptRequest
-from ..engine.results import Completion, ModelInfo, StreamChunk, Usage
+from ..engine.results import Completion, ModelInfo, StreamChunk
 from ..engine.types import ChatRequest, GenerationRequest
-from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
+from ..errors import EngineClosedError, InvalidRequestError
 from .affinity import affinity_key
 from .collect import acollect, collect
+from .failover import AnyServer, RoutedRequest
 from .health_probes import HealthProber, aprobe, probe
 from .routing import Router, ServerState
 
@@ -213,13 +216,13 @@ class FleetEngine:
     def health(self) -> bool:
         """Probe every server now, at once; True when at least one is healthy."""
         self._check_open()
-        probe(self._router, self._members, list(self._members))
+        self._probe(list(self._members))
         return bool(self._router.healthy())
 
     async def ahealth(self) -> bool:
         """Async ``health`` (the servers are probed at once)."""
         self._check_open()
-        await aprobe(self._router, self._members, list(self._members))
+        await self._aprobe(list(self._members))
         return bool(self._router.healthy())
 
     @property
@@ -296,103 +299,36 @@ class FleetEngine:
         )
 
     def _any(self, call: Callable[[MemberEngine], T]) -> T:
-        self._check_open()
-        tried: set[str] = set()
-        while True:
-            url = self._next_healthy(tried)
-            try:
+        way = self._any_server()
+        self._probe(way.revival())
+        for url in way.servers():
+            with way.attempt(url):
                 return call(self._members[url])
-            except ServerUnavailableError as error:
-                if not self._blame(url, error):
-                    raise
-                tried.add(url)
+        raise way.exhausted()
 
     async def _aany(self, call: Callable[[MemberEngine], Awaitable[T]]) -> T:
-        self._check_open()
-        tried: set[str] = set()
-        while True:
-            url = self._next_healthy(tried)
-            try:
+        way = self._any_server()
+        await self._aprobe(way.revival())
+        for url in way.servers():
+            with way.attempt(url):
                 return await call(self._members[url])
-            except ServerUnavailableError as error:
-                if not self._blame(url, error):
-                    raise
-                tried.add(url)
+        raise way.exhausted()
 
-    def _next_healthy(self, tried: set[str]) -> str:
-        healthy = [url for url in self._router.healthy() if url not in tried]
-        if not healthy and not tried:
-            self._probe_due()
-            healthy = self._router.healthy()
-        if not healthy:
-            raise self._exhausted(tried)
-        return healthy[0]
+    def _any_server(self) -> AnyServer:
+        self._check_open()
+        return AnyServer(self._router)
 
-    def _blame(self, url: str, error: ServerUnavailableError) -> bool:
-        """Eject ``url`` if ``error`` is about it (not about the embeddings server, say);
-        True when another member may try."""
-        if error.url.rstrip("/") != url or not error.retryable:
-            return False
-        self._router.eject(url, str(error))
-        return error.retryable
+    def _probe(self, urls: list[str]) -> None:
+        probe(self._router, self._members, urls)
+
+    async def _aprobe(self, urls: list[str]) -> None:
+        await aprobe(self._router, self._members, urls)
 
     # ---- generation (routed, retried before the first chunk) --------------------------------
 
-    def _acquire(self, key: str | None, tried: set[str]) -> str:
-        url = self._pick(key, tried)
-        if url is None and not tried:
-            self._probe_due()
-            url = self._pick(key, tried)
-        return self._claim(url, tried)
-
-    async def _aacquire(self, key: str | None, tried: set[str]) -> str:
-        url = self._pick(key, tried)
-        if url is None and not tried:
-            await aprobe(self._router, self._members, self._router.due_probes())
-            url = self._pick(key, tried)
-        return self._claim(url, tried)
-
-    def _pick(self, key: str | None, tried: set[str]) -> str | None:
+    def _routed(self, request: GenerationRequest) -> RoutedRequest:
         self._check_open()
-        return self._router.pick(key, exclude=tried)
-
-    def _claim(self, url: str | None, tried: set[str]) -> str:
-        if url is None:
-            raise self._exhausted(tried)
-        self._router.start(url)
-        return url
-
-    def _probe_due(self) -> None:
-        probe(self._router, self._members, self._router.due_probes())
-
-    def _exhausted(self, tried: set[str]) -> ServerUnavailableError:
-        states = ", ".join(f"{s.url} ({s.status}: {s.last_error})" for s in self.servers())
-        what = "every server failed this request" if tried else "no server is healthy"
-        return ServerUnavailableError(
-            f"{what}: {states}", url=",".join(self._router.urls), retryable=True
-        )
-
-    def _retry_elsewhere(self, url: str, error: ServerUnavailableError, *, delivered: bool) -> bool:
-        """Record ``url``'s failure; True when the request may go to another server (nothing
-        was delivered yet and the error is about this server)."""
-        # A server that broke off a stream, or could not take a request another may take, is
-        # ejected. An error before any output that no other server would fix either (the API
-        # key refused: the same key goes everywhere) ends the request but ejects nobody.
-        if delivered or error.retryable:
-            self._router.fail(url, str(error))
-        else:
-            self._router.finish(url)
-        return not delivered and error.retryable
-
-    def _finish(self, url: str, usage: Usage | None) -> None:
-        if usage is None:
-            self._router.finish(url)
-        else:
-            self._router.finish(
-                url,
-                prompt_tokens=usage.prompt_tokens,
-                cached_prompt_tokens=usage.cached_prompt_tokens,
-            )
+        return RoutedRequest(self._router, affinity_key(request), self._check_open)
 
     def generate(self, request: GenerationRequest) -> Completion:
         # Collected from the fleet's own stream, so a server breaking off an answer is told
@@ -403,56 +339,27 @@ class FleetEngine:
         return await acollect(request, self.astream(request), url="fleet")
 
     def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
-        key = affinity_key(request)
-        tried: set[str] = set()
-        while True:
-            url = self._acquire(key, tried)
+        way = self._routed(request)
+        self._probe(way.revival())
+        for url in way.servers():
             chunks = self._members[url].stream(request)
-            delivered = False
-            usage: Usage | None = None
-            try:
+            with contextlib.closing(chunks), way.attempt(url) as delivery:
                 for chunk in chunks:
-                    usage = chunk.usage or usage
-                    delivered = True
-                    yield chunk
-            except ServerUnavailableError as error:
-                if not self._retry_elsewhere(url, error, delivered=delivered):
-                    raise
-                tried.add(url)
-                continue
-            except BaseException:  # the caller left (GeneratorExit), a typed request error...
-                self._router.finish(url)
-                raise
-            finally:
-                chunks.close()
-            self._finish(url, usage)
-            return
+                    yield delivery.passed(chunk)
+                return
+        raise way.exhausted()
 
     async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
-        key = affinity_key(request)
-        tried: set[str] = set()
-        while True:
-            url = await self._aacquire(key, tried)
+        way = self._routed(request)
+        await self._aprobe(way.revival())
+        for url in way.servers():
             chunks = self._members[url].astream(request)
-            delivered = False
-            usage: Usage | None = None
-            try:
-                async for chunk in chunks:
-                    usage = chunk.usage or usage
-                    delivered = True
-                    yield chunk
-            except ServerUnavailableError as error:
-                if not self._retry_elsewhere(url, error, delivered=delivered):
-                    raise
-                tried.add(url)
-                continue
-            except BaseException:
-                self._router.finish(url)
-                raise
-            finally:
-                await chunks.aclose()
-            self._finish(url, usage)
-            return
+            async with contextlib.aclosing(chunks):
+                with way.attempt(url) as delivery:
+                    async for chunk in chunks:
+                        yield delivery.passed(chunk)
+                    return
+        raise way.exhausted()
 
 
 def _shut(prober: HealthProber, members: list[Any]) -> None:

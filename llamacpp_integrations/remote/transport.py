@@ -9,15 +9,19 @@ Every failure leaves here as one of the package's errors:
 * a 400: ``ContextOverflowError`` when the prompt does not fit, ``InvalidRequestError`` else;
 * a 401/403: ``ServerUnavailableError`` (not retryable: the key is wrong everywhere);
 * past the deadline: ``RequestTimeoutError``.
+
+What goes out, how often it is tried and what a failure or a refusal becomes is decided once,
+by an ``_Exchange``; the sync and async methods only send, read and close.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -108,6 +112,57 @@ def _unavailable(
     )
 
 
+@dataclass(frozen=True)
+class _Exchange:
+    """One HTTP request to one server, and what its failures become; no I/O."""
+
+    url: str  # the server's base URL, for errors
+    method: str
+    path: str
+    body: Mapping[str, Any] | None  # sent as JSON
+    timeout: httpx.Timeout
+    request_id: str | None = None
+    stream: bool = False  # the answer's body is read as it comes
+
+    def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request, built by the client that sends it (its base URL and headers)."""
+        return client.build_request(self.method, self.path, json=self.body, timeout=self.timeout)
+
+    def attempts(self) -> Iterator[contextlib.AbstractContextManager[None]]:
+        """The tries of the exchange, each made inside the context it gives; the caller
+        returns from the first one that gets through. A pooled connection the server had
+        already closed (it answered nothing) is tried once more, on a fresh connection; any
+        other failure, or that one twice, raises the package's error."""
+        yield self._failures(resend_stale=True)
+        yield self._failures(resend_stale=False)
+
+    @contextlib.contextmanager
+    def _failures(self, *, resend_stale: bool) -> Iterator[None]:
+        try:
+            yield
+        except httpx.HTTPError as exc:
+            if not (resend_stale and isinstance(exc, httpx.RemoteProtocolError)):
+                raise _unavailable(
+                    exc, self.url, delivered=False, request_id=self.request_id
+                ) from exc
+
+    def refused(self, response: httpx.Response) -> bool:
+        """Whether the answer's status is an error (its body, once read, tells which)."""
+        return response.status_code >= 400
+
+    def refusal(self, response: httpx.Response) -> LlamaCppIntegrationError:
+        """The error a refused answer stands for (its body read)."""
+        return error_for_status(
+            response.status_code, _json_or_text(response), url=self.url, request_id=self.request_id
+        )
+
+    def answer(self, response: httpx.Response) -> Any:
+        """The answer's body (JSON, else text); a refusal raises its error."""
+        if self.refused(response):
+            raise self.refusal(response)
+        return _json_or_text(response)
+
+
 class Transport:
     """Pooled HTTP clients for one server URL."""
 
@@ -147,71 +202,49 @@ class Transport:
             self._client.close()
         self._async.clear()  # their loops may be gone: the connections go with the clients
 
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        stream: bool = False,
+    ) -> _Exchange:
+        return _Exchange(
+            self.url, method, path, body, self._timeout(timeout), request_id, stream=stream
+        )
+
+    def _send(self, exchange: _Exchange) -> httpx.Response:
+        client = self.client()
+        for attempt in exchange.attempts():
+            with attempt:
+                return client.send(exchange.request(client), stream=exchange.stream)
+        raise AssertionError("unreachable: the last attempt raises its failure")
+
+    async def _asend(self, exchange: _Exchange) -> httpx.Response:
+        client = self.aclient()
+        for attempt in exchange.attempts():
+            with attempt:
+                return await client.send(exchange.request(client), stream=exchange.stream)
+        raise AssertionError("unreachable: the last attempt raises its failure")
+
     # ---- plain requests ---------------------------------------------------------------------
 
-    def _checked(self, response: httpx.Response, request_id: str | None) -> Any:
-        body = _json_or_text(response)
-        if response.status_code >= 400:
-            raise error_for_status(response.status_code, body, url=self.url, request_id=request_id)
-        return body
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        body: Mapping[str, Any] | None,
-        timeout: float | None,
-        *,
-        stream: bool = False,
-    ) -> httpx.Response:
-        client = self.client()
-        for attempt in range(2):
-            request = client.build_request(method, path, json=body, timeout=self._timeout(timeout))
-            try:
-                return client.send(request, stream=stream)
-            except httpx.RemoteProtocolError:
-                # A pooled connection the server had already closed (it answered nothing):
-                # once more, on a fresh connection.
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    async def _asend(
-        self,
-        method: str,
-        path: str,
-        body: Mapping[str, Any] | None,
-        timeout: float | None,
-        *,
-        stream: bool = False,
-    ) -> httpx.Response:
-        client = self.aclient()
-        for attempt in range(2):
-            request = client.build_request(method, path, json=body, timeout=self._timeout(timeout))
-            try:
-                return await client.send(request, stream=stream)
-            except httpx.RemoteProtocolError:
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
     def get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
-        try:
-            return self._send("GET", path, None, timeout)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, self.url, delivered=False, request_id=None) from exc
+        return self._send(self._exchange("GET", path, timeout=timeout))
 
     async def aget(self, path: str, *, timeout: float | None = None) -> httpx.Response:
-        try:
-            return await self._asend("GET", path, None, timeout)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, self.url, delivered=False, request_id=None) from exc
+        return await self._asend(self._exchange("GET", path, timeout=timeout))
 
     def get_json(self, path: str) -> Any:
-        return self._checked(self.get(path), None)
+        exchange = self._exchange("GET", path)
+        return exchange.answer(self._send(exchange))
 
     async def aget_json(self, path: str) -> Any:
-        return self._checked(await self.aget(path), None)
+        exchange = self._exchange("GET", path)
+        return exchange.answer(await self._asend(exchange))
 
     def post_json(
         self,
@@ -221,11 +254,8 @@ class Transport:
         timeout: float | None = None,
         request_id: str | None = None,
     ) -> Any:
-        try:
-            response = self._send("POST", path, body, timeout)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
-        return self._checked(response, request_id)
+        exchange = self._exchange("POST", path, body, timeout=timeout, request_id=request_id)
+        return exchange.answer(self._send(exchange))
 
     async def apost_json(
         self,
@@ -235,73 +265,65 @@ class Transport:
         timeout: float | None = None,
         request_id: str | None = None,
     ) -> Any:
-        try:
-            response = await self._asend("POST", path, body, timeout)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
-        return self._checked(response, request_id)
+        exchange = self._exchange("POST", path, body, timeout=timeout, request_id=request_id)
+        return exchange.answer(await self._asend(exchange))
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """Token ids of ``text`` by the server's ``/tokenize``."""
-        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
-        return [int(t) for t in self.post_json("/tokenize", body)["tokens"]]
+        body = _tokenize_body(text, add_special, parse_special)
+        return _tokens(self.post_json("/tokenize", body))
 
     async def atokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """Async ``tokenize``."""
-        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
-        return [int(t) for t in (await self.apost_json("/tokenize", body))["tokens"]]
+        body = _tokenize_body(text, add_special, parse_special)
+        return _tokens(await self.apost_json("/tokenize", body))
 
     # ---- streams ------------------------------------------------------------------------------
 
-    @contextmanager
+    def _stream_exchange(
+        self, path: str, body: Mapping[str, Any], timeout: float | None, request_id: str
+    ) -> _Exchange:
+        return self._exchange(
+            "POST", path, body, timeout=timeout, request_id=request_id, stream=True
+        )
+
+    @contextlib.contextmanager
     def stream(
         self, path: str, body: Mapping[str, Any], *, timeout: float | None, request_id: str
     ) -> Iterator[httpx.Response]:
         """An open streamed response with a good status; closing it aborts the request."""
-        try:
-            response = self._send("POST", path, body, timeout, stream=True)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
-        try:
-            if response.status_code >= 400:
+        exchange = self._stream_exchange(path, body, timeout, request_id)
+        with contextlib.closing(self._send(exchange)) as response:
+            if exchange.refused(response):
                 response.read()
-                raise error_for_status(
-                    response.status_code,
-                    _json_or_text(response),
-                    url=self.url,
-                    request_id=request_id,
-                )
+                raise exchange.refusal(response)
             yield response
-        finally:
-            response.close()
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def astream(
         self, path: str, body: Mapping[str, Any], *, timeout: float | None, request_id: str
     ) -> AsyncIterator[httpx.Response]:
         """Async ``stream``."""
-        try:
-            response = await self._asend("POST", path, body, timeout, stream=True)
-        except httpx.HTTPError as exc:
-            raise _unavailable(exc, self.url, delivered=False, request_id=request_id) from exc
-        try:
-            if response.status_code >= 400:
+        exchange = self._stream_exchange(path, body, timeout, request_id)
+        async with contextlib.aclosing(await self._asend(exchange)) as response:
+            if exchange.refused(response):
                 await response.aread()
-                raise error_for_status(
-                    response.status_code,
-                    _json_or_text(response),
-                    url=self.url,
-                    request_id=request_id,
-                )
+                raise exchange.refusal(response)
             yield response
-        finally:
-            await response.aclose()
 
     def stream_error(
         self, exc: httpx.HTTPError, *, delivered: bool, request_id: str
     ) -> LlamaCppIntegrationError:
         """The error for a failure while reading a stream."""
         return _unavailable(exc, self.url, delivered=delivered, request_id=request_id)
+
+
+def _tokenize_body(text: str, add_special: bool, parse_special: bool) -> dict[str, Any]:
+    return {"content": text, "add_special": add_special, "parse_special": parse_special}
+
+
+def _tokens(answer: Any) -> list[int]:
+    return [int(t) for t in answer["tokens"]]
 
 
 def _json_or_text(response: httpx.Response) -> Any:

@@ -649,3 +649,40 @@ def test_sync_health_probes_every_server_at_once() -> None:
         assert statuses == {URLS[0]: "healthy", URLS[1]: "ejected", URLS[2]: "healthy"}
     finally:
         engine.close()
+
+
+class AsyncProbedMember(FakeMember):
+    """A server that counts its async probes."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.async_probes = 0
+
+    async def ahealth(self) -> bool:
+        self.async_probes += 1
+        return await super().ahealth()
+
+
+@pytest.mark.parametrize("call", ["aembed", "astream"])
+def test_when_all_are_ejected_an_async_call_probes_on_the_event_loop(call: str) -> None:
+    # The probes before an async call are the async ones: a sync probe would block the loop.
+    members = {url: AsyncProbedMember(url) for url in URLS}
+    engine = FleetEngine.from_engines(members, probe_interval=3600, cooldown=0.0)
+    try:
+        for member in members.values():
+            member.down = True
+        with pytest.raises(ServerUnavailableError):
+            engine.embed(["a"])
+        assert all(s.status == "ejected" for s in engine.servers())
+        for member in members.values():
+            member.down = False
+
+        async def run() -> object:
+            if call == "aembed":
+                return await engine.aembed(["a"])
+            return [chunk async for chunk in engine.astream(chat("sys"))][-1].finish_reason
+
+        assert asyncio.run(run()) in ([[1.0]], "stop")
+        assert all(m.async_probes == 1 for m in members.values())
+    finally:
+        engine.close()

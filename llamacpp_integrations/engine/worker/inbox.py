@@ -60,36 +60,50 @@ class Inbox:
 
     def put(self, work: Work, *, wait: float | None) -> None:
         """Queue work; if full, wait up to ``wait`` seconds (``None``: forever) for room."""
-        deadline = None if wait is None else time.monotonic() + wait
+        deadline = _deadline(wait)
         with self._cond:
             while not self._try_append(work):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise self._overloaded(work)
-                self._cond.wait(remaining)
+                self._cond.wait(self._time_left(work, deadline))
 
     async def aput(self, work: Work, *, wait: float | None) -> None:
         """``put`` for asyncio: waits for room on a future the worker resolves, so the event
         loop keeps running and no thread is held while the queue is full."""
         loop = asyncio.get_running_loop()
-        deadline = None if wait is None else time.monotonic() + wait
-        while True:
-            room: asyncio.Future[None] = loop.create_future()
-            with self._cond:
-                if self._try_append(work):
-                    return
-                self._room_waiters.append((loop, room))
-            remaining = None if deadline is None else deadline - time.monotonic()
+        deadline = _deadline(wait)
+        while (room := self._append_or_wait(work, loop)) is not None:
             try:
-                if remaining is not None and remaining <= 0:
-                    raise self._overloaded(work)
-                await asyncio.wait_for(room, remaining)
+                await asyncio.wait_for(room, self._time_left(work, deadline))
             except TimeoutError:
                 raise self._overloaded(work) from None
             finally:
-                with self._cond:
-                    if (loop, room) in self._room_waiters:
-                        self._room_waiters.remove((loop, room))
+                self._stop_waiting(loop, room)
+
+    def _time_left(self, work: Work, deadline: float | None) -> float | None:
+        """Seconds ``work`` may still wait for room (``None``: no limit); once none are left,
+        ``EngineOverloadedError``."""
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._overloaded(work)
+        return remaining
+
+    def _append_or_wait(
+        self, work: Work, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[None] | None:
+        """Queue ``work``, or else a future ``loop`` sees resolved once room is made
+        (``None``: queued)."""
+        room: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            if self._try_append(work):
+                return None
+            self._room_waiters.append((loop, room))
+        return room
+
+    def _stop_waiting(self, loop: asyncio.AbstractEventLoop, room: asyncio.Future[None]) -> None:
+        with self._cond:
+            if (loop, room) in self._room_waiters:
+                self._room_waiters.remove((loop, room))
 
     def _try_append(self, work: Work) -> bool:
         """Queue ``work`` if there is room (``_cond`` held); raise if the inbox is closed."""
@@ -203,6 +217,10 @@ class Inbox:
     def n_waiting(self) -> int:
         with self._cond:
             return len(self._waiting)
+
+
+def _deadline(wait: float | None) -> float | None:
+    return None if wait is None else time.monotonic() + wait
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
