@@ -219,6 +219,8 @@ if TYPE_CHECKING:
         n_seq_max: int | None = None
         n_ctx_per_seq: int | None = None
         n_batch: int | None = None
+        prefill_block: int | None = None
+        deterministic: bool | None = None
         n_threads: int | None = None
         n_gpu_layers: int | None = None
         kv_memory_budget: int | None = None

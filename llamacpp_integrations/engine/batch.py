@@ -1,12 +1,22 @@
-"""One sequence's share of a batched decode: the plan the scheduler makes and the runner runs;
-and how far two token sequences agree, which decides what cached cells a sequence can keep."""
+"""One sequence's share of a batched decode, and the layout of a prompt's evaluation.
+
+The scheduler plans ``BatchEntry`` s and the runner decodes them. How a prompt is cut into
+entries is fixed here, because llama.cpp's CPU kernels round differently for different batch
+shapes (a one-row decode and a 64-row one, flash attention's tiled path for many rows): if a
+prompt's cells depended on where the batch budget or a cache hit happened to cut it, the same
+request would get other greedy tokens the second time. So a prompt of ``n`` positions is always
+read the same way: text in chunks that end at multiples of ``block`` positions (or where an image
+starts, or at position ``n - 1``), each chunk whole in one decode, then its last token alone in a
+decode of its own. A kept prefix (from the slot's cache, another slot, or the disk) ends on such
+a boundary, so the cells it holds are exactly those evaluating it again would make.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchEntry", "common_prefix"]
+__all__ = ["BatchEntry", "PrefillLayout", "common_prefix"]
 
 
 @dataclass
@@ -29,9 +39,79 @@ class BatchEntry:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class PrefillLayout:
+    """Where a prompt's chunks end, and how much of a cached prefix a prompt may keep.
+
+    ``block`` of ``0`` turns the alignment off: chunks take what the batch has room for and a
+    prompt keeps every cached token it shares (faster to reuse, but a cached repeat may then
+    answer differently).
+    """
+
+    block: int
+
+    @property
+    def aligned(self) -> bool:
+        return self.block > 0
+
+    def chunk_end(
+        self, start: int, n_prompt: int, image_starts: Sequence[int], room: int
+    ) -> int | None:
+        """The end of the prompt chunk that starts at ``start``, or ``None`` when it does not
+        fit in ``room`` tokens of this step (an aligned chunk is never cut by the budget)."""
+        if room <= 0:
+            return None
+        later_images = [s for s in image_starts if s > start]
+        if not self.aligned:
+            return min([start + room, n_prompt, *later_images])
+        if start >= n_prompt - 1:
+            end = n_prompt  # the last token, alone
+        else:
+            end = min([(start // self.block + 1) * self.block, n_prompt - 1, *later_images])
+        return end if end - start <= room else None
+
+    def kept(
+        self,
+        n_shared: int,
+        n_prompt: int,
+        image_spans: Mapping[int, int],
+        *,
+        exact: int,
+        cached_prompt: int,
+    ) -> int:
+        """How many leading cells a prompt of ``n_prompt`` positions keeps from cells that
+        share ``n_shared`` tokens with it.
+
+        ``exact`` is how many leading cells were made by reading a prompt in this layout, and
+        ``cached_prompt`` that prompt's length. The last prompt token is always evaluated
+        (sampling needs its logits), and an image is kept whole or not at all.
+        """
+        limit = min(n_shared, n_prompt - 1)
+        if not self.aligned:
+            return _outside_images(limit, image_spans)
+        limit = min(limit, exact)
+        if cached_prompt == n_prompt and limit == n_prompt - 1:
+            return limit  # the same chunks up to the last token: every cell is the same
+        kept = limit // self.block * self.block
+        for start, n_pos in image_spans.items():
+            for edge in (start, start + n_pos):
+                if kept < edge <= limit:
+                    kept = edge
+        return _outside_images(kept, image_spans)
+
+
+def _outside_images(n: int, image_spans: Mapping[int, int]) -> int:
+    """``n`` moved back to the start of an image it would cut through."""
+    for start, n_pos in image_spans.items():
+        if start < n < start + n_pos:
+            return start
     return n

@@ -34,6 +34,8 @@ SplitMode = Literal["none", "layer", "row"]
 Speculative = Literal["ngram", "draft"]
 
 QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
+# Prompt chunks of 64 positions read as fast as 512 on this CPU (see docs/reproducibility.md).
+DEFAULT_PREFILL_BLOCK = 64
 """Cache types stored in blocks; llama.cpp needs flash attention for such a V cache."""
 
 __all__ = [
@@ -115,6 +117,17 @@ class EngineConfig:
             ``n_seq_max`` sequences' KV cache to fit ``kv_memory_budget``; ``0`` takes the
             training context whatever it costs; a number is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
+        prefill_block: Prompts are read in chunks that end at multiples of this many positions,
+            and their last token alone, so that a prefix kept from the cache holds exactly the
+            cells reading it again would make: a repeated or extended prompt gets the same
+            greedy answer with or without the cache (see ``docs/reproducibility.md``). ``None``
+            (the default): 64, or what ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
+            when that is less; at most that much when given; ``0`` turns this off (chunks fill
+            the batch, and a cached prefix is kept to the token).
+        deterministic: Decode every sequence on its own, never in a batch beside another
+            sequence's tokens, so a request's greedy tokens do not depend on what else runs
+            (for evaluations and tests); concurrent requests then take turns step by step
+            instead of sharing decodes. Speculative decoding cannot be combined with it.
         n_threads: CPU threads for decoding; ``None`` uses every core.
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all, ``0`` for
             none). ``None`` (the default): every layer when llama.cpp was built with a GPU
@@ -204,6 +217,8 @@ class EngineConfig:
     n_seq_max: int = 8
     n_ctx_per_seq: int | None = None
     n_batch: int = 512
+    prefill_block: int | None = None
+    deterministic: bool = False
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     kv_memory_budget: int | None = None
@@ -254,6 +269,8 @@ class EngineConfig:
             "n_gpu_layers": self.n_gpu_layers is None or self.n_gpu_layers >= -1,
             "kv_memory_budget": self.kv_memory_budget is None or self.kv_memory_budget >= 0,
             "n_batch": self.n_batch >= 8,
+            "prefill_block": self.prefill_block is None
+            or 0 <= self.prefill_block <= self.n_batch - self.n_seq_max,
             "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
@@ -280,11 +297,24 @@ class EngineConfig:
                 'speculative_draft_model is only used with speculative="draft"; '
                 f"speculative is {self.speculative!r}"
             )
+        if self.deterministic and self.speculative is not None:
+            raise InvalidRequestError(
+                "deterministic=True decodes each sequence alone, and speculative decoding "
+                "verifies drafts in batches of other shapes: leave speculative unset"
+            )
         if self.flash_attention is False and self.type_v in QUANTIZED_KV_TYPES:
             raise InvalidRequestError(
                 f"type_v={self.type_v!r} (a quantized V cache) needs flash attention in "
                 "llama.cpp: leave flash_attention unset (None) or True, or use type_v='f16'"
             )
+
+    @property
+    def prefill_block_size(self) -> int:
+        """The prefill block in use (``prefill_block``, or its default): a whole block always
+        fits in a step beside every sequence's next token, so no prompt waits forever."""
+        if self.prefill_block is not None:
+            return self.prefill_block
+        return max(1, min(DEFAULT_PREFILL_BLOCK, self.n_batch - self.n_seq_max))
 
     def _check_choices(self) -> None:
         choices: dict[str, tuple[object, tuple[object, ...]]] = {

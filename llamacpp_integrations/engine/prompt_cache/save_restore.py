@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from ..batch import PrefillLayout
 from ..config import EngineConfig
 from ..native.runner import GenerationContext, LoadedModel
 from .disk_store import PromptDiskCache
@@ -47,10 +48,16 @@ class SavedPrompts:
         )
 
     def restore(
-        self, context: GenerationContext, seq_id: int, prompt: Sequence[int], n_reused: int
+        self,
+        context: GenerationContext,
+        seq_id: int,
+        prompt: Sequence[int],
+        n_reused: int,
+        layout: PrefillLayout,
     ) -> int | None:
-        """Put a saved prompt into the sequence when it shares a longer prefix with ``prompt``
-        than the ``n_reused`` tokens its cells already give.
+        """Put a saved prompt into the sequence when it keeps a longer prefix of ``prompt``
+        (as far as ``layout`` lets a prompt keep cells) than the ``n_reused`` tokens its cells
+        already give.
 
         Returns how many prompt tokens the sequence now holds: ``n_reused`` when nothing better
         was saved (the cells are untouched), more after a restore, or ``None`` when a restore
@@ -61,7 +68,9 @@ class SavedPrompts:
         found = self.files.find(prompt)
         if found is None:
             return n_reused
-        n = min(found.n_shared, len(prompt) - 1)  # the last token is always evaluated
+        # A saved state holds a whole prompt, read in the layout up to its last token.
+        saved = len(found.tokens)
+        n = layout.kept(found.n_shared, len(prompt), {}, exact=saved - 1, cached_prompt=saved)
         if n <= n_reused:
             return n_reused
         state = self.files.load(found)

@@ -193,13 +193,18 @@ class ActiveRequest:
             self.forced.extend(budget.tokens)
             self.budget_spent = True
 
-    def tokens_before_budget(self) -> int:
-        """How many more tokens can be taken before the next one might spend the reasoning
-        budget (which forces the end marker right after it); large when no budget is pending."""
+    def draft_room(self, n_ctx_per_seq: int) -> int:
+        """How many tokens may be drafted after the next one: never past the token limit or
+        the context, nor past a reasoning budget's end (its forced tokens must follow the very
+        token that spent it)."""
+        room = min(
+            self.prepared.max_new_tokens - 1 - len(self.generated),
+            n_ctx_per_seq - 1 - self.seq.n_past,
+        )
         budget = self.prepared.budget
         if budget is None or self.splitter is None or self.budget_spent:
-            return 1 << 30
-        return budget.after - self.reasoning_tokens - self.undecided_tokens - 1
+            return room
+        return min(room, budget.after - self.reasoning_tokens - self.undecided_tokens - 1)
 
     def usage(self) -> Usage:
         """Token counts so far (image embeddings counted in KV cells)."""

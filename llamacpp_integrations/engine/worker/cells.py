@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from ...errors import EngineError, LlamaCppIntegrationError
 from ..config import EngineConfig
 from ..native.runner import GenerationContext, LoadedModel
 from ..prompt_cache.save_restore import SavedPrompts
@@ -49,19 +50,30 @@ class SequenceCells:
 
     @property
     def context(self) -> GenerationContext:
-        """The generation context, made on first use (``ModelLoadError`` when it cannot be)."""
+        """The generation context, made on first use.
+
+        Raises:
+            EngineError: llama.cpp could not make it (most often, not enough memory).
+        """
         if self._context is None:
             config = self._config
-            self._context = GenerationContext(
-                self._model,
-                n_ctx_per_seq=self._n_ctx_per_seq,
-                n_seq_max=config.n_seq_max,
-                n_batch=config.n_batch,
-                n_threads=config.threads,
-                flash_attention=config.flash_attention_for(self._model.n_gpu_layers),
-                kv_unified=config.kv_unified,
-                tuning=config,
-            )
+            try:
+                self._context = GenerationContext(
+                    self._model,
+                    n_ctx_per_seq=self._n_ctx_per_seq,
+                    n_seq_max=config.n_seq_max,
+                    n_batch=config.n_batch,
+                    n_threads=config.threads,
+                    flash_attention=config.flash_attention_for(self._model.n_gpu_layers),
+                    kv_unified=config.kv_unified,
+                    tuning=config,
+                )
+            except LlamaCppIntegrationError as error:
+                raise EngineError(
+                    f"could not create the generation context ({config.n_seq_max} sequences "
+                    f"of {self._n_ctx_per_seq} tokens): {error}; lower n_seq_max or "
+                    "n_ctx_per_seq"
+                ) from error
         return self._context
 
     def held(self, seq_id: int) -> int:
@@ -79,7 +91,9 @@ class SequenceCells:
             self.context.remove(seq.slot.seq_id, 0)
             self._scheduler.forget(seq)
         if from_disk and self.disk is not None:
-            held = self.disk.restore(self.context, seq.slot.seq_id, seq.prompt, seq.n_reused)
+            held = self.disk.restore(
+                self.context, seq.slot.seq_id, seq.prompt, seq.n_reused, self._scheduler.layout
+            )
             if held is None:
                 self._scheduler.forget(seq)
             elif held > seq.n_reused:

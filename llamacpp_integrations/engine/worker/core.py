@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from functools import partial
+from functools import cached_property, partial
 
 from ...errors import (
     EngineClosedError,
@@ -28,7 +28,7 @@ from ...errors import (
     RequestCancelledError,
     RequestTimeoutError,
 )
-from ..batch import BatchEntry
+from ..batch import BatchEntry, PrefillLayout
 from ..config import EngineConfig
 from ..embedding.work import EmbeddingWork
 from ..native.embedder import EmbeddingContext
@@ -41,7 +41,7 @@ from .cells import SequenceCells
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .requests import PreparedRequest
-from .scheduler import ImageStep, Scheduler, SeqStatus, StepPlan
+from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
 from .stats import StatsBoard, snapshot
 
 __all__ = ["EngineCore"]
@@ -70,7 +70,12 @@ class EngineCore:
         self.inbox = inbox
         self.board = StatsBoard()
         self._n_ctx_per_seq = n_ctx_per_seq
-        self.scheduler = Scheduler(config.n_seq_max, config.n_batch)
+        self.scheduler = Scheduler(
+            config.n_seq_max,
+            config.n_batch,
+            PrefillLayout(config.prefill_block_size),
+            deterministic=config.deterministic,
+        )
         self.cells = SequenceCells(model, config, self.scheduler, n_ctx_per_seq=n_ctx_per_seq)
         self.active: dict[str, ActiveRequest] = {}
         embedder = partial(
@@ -88,7 +93,6 @@ class EngineCore:
             n_batch=config.n_batch,
             on_cpu=model.n_gpu_layers == 0,
         )
-        self._logprobs: LogprobComputer | None = None  # made when a request first asks
         self.closing = False
         self.steps = 0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
@@ -180,16 +184,9 @@ class EngineCore:
             return
         try:
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
-        except LlamaCppIntegrationError as error:
-            self._refuse(
-                request,
-                EngineError(
-                    f"could not create the generation context ({self.config.n_seq_max} "
-                    f"sequences of {self._n_ctx_per_seq} tokens): {error}; lower n_seq_max or "
-                    "n_ctx_per_seq",
-                    request_id=request.request_id,
-                ),
-            )
+        except EngineError as error:
+            error.request_id = request.request_id
+            self._refuse(request, error)
             return
         media = request.media
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
@@ -222,7 +219,14 @@ class EngineCore:
             self._decode_image(plan.image)
 
     def _decode_text(self, plan: StepPlan) -> None:
-        entries = [entry for _, entry in plan.entries]
+        """Decode the plan's groups in turn, sampling each before the next overwrites the
+        logits."""
+        for group in plan.groups:
+            self._decode_group(plan, group)
+
+    def _decode_group(self, plan: StepPlan, group: list[int]) -> None:
+        pairs = [plan.entries[index] for index in group]
+        entries = [entry for _, entry in pairs]
         try:
             status = self.context.decode(entries)
             if status == DecodeStatus.NO_KV_SLOT:
@@ -231,17 +235,17 @@ class EngineCore:
             if status == DecodeStatus.NO_KV_SLOT:
                 raise EngineError("the KV cache has no room for this step")
         except EngineError as error:
-            self._fail_plan(plan, error)
+            self._fail(pairs, error)
             return
         self.steps += 1
-        self.scheduler.decoded(plan)
+        self.scheduler.decoded(plan, group)
         read_prompt = [
             seq
-            for seq, entry in plan.entries
+            for seq, entry in pairs
             if entry.logits_last and entry.start_pos + len(entry.tokens) == len(seq.prompt)
         ]
         now = time.monotonic()
-        for seq, entry in plan.entries:
+        for seq, entry in pairs:
             if entry.logits_all:
                 self._verify(self.active[seq.request_id], entry, now)
             elif entry.logits_last:
@@ -299,8 +303,7 @@ class EngineCore:
         logprob = None
         if request.logprobs is not None:
             # The raw row is still that of this step's decode: sampling only reads it.
-            computer = self._logprobs or self._make_logprob_computer()
-            logprob = computer.compute(
+            logprob = self._logprobs.compute(
                 self.context.logits_view(logits_index),
                 token,
                 request.logprobs,
@@ -336,13 +339,7 @@ class EngineCore:
             active = self.active[seq.request_id]
             if active.spec is None or active.forced:
                 continue
-            # Drafts never go past the token limit or the context, nor past a reasoning
-            # budget's end (its forced tokens must follow the exact token that spent it).
-            room = min(
-                active.prepared.max_new_tokens - 1 - len(active.generated),
-                self._n_ctx_per_seq - 1 - seq.n_past,
-                active.tokens_before_budget(),
-            )
+            room = active.draft_room(self._n_ctx_per_seq)
             asks.append(
                 DraftAsk(seq.slot.seq_id, seq.slot.cached, seq.next_token, active.spec, room)
             )
@@ -377,9 +374,10 @@ class EngineCore:
         if not self._send(active):
             self._finish(active, "cancelled")
 
-    def _make_logprob_computer(self) -> LogprobComputer:
-        self._logprobs = LogprobComputer(self.model)
-        return self._logprobs
+    @cached_property
+    def _logprobs(self) -> LogprobComputer:
+        """Made when a request first asks for log-probabilities."""
+        return LogprobComputer(self.model)
 
     # ---- endings --------------------------------------------------------------------------
 
@@ -423,9 +421,9 @@ class EngineCore:
                 self._finish(active, "error", error=RequestTimeoutError("the request timed out"))
         self.embeds.expire(now)
 
-    def _fail_plan(self, plan: StepPlan, error: EngineError) -> None:
+    def _fail(self, pairs: list[tuple[SeqState, BatchEntry]], error: EngineError) -> None:
         log.error("decode failed: %s", error)
-        for seq, _ in plan.entries:
+        for seq, _ in pairs:
             active = self.active.get(seq.request_id)
             if active is not None:
                 self._finish(active, "error", error=EngineError(str(error)))

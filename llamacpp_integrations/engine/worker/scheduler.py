@@ -2,8 +2,11 @@
 
 Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens its cells hold, so a
 new request takes the free slot sharing the longest prefix with its prompt and evaluates only the
-rest. A step holds one token of every generating sequence first (so streams keep flowing), then
-prompt chunks of the sequences still reading their prompt, up to ``n_batch`` tokens in all.
+rest, as far as the prefill layout lets it keep cells (``batch.PrefillLayout``: a kept prefix
+never changes an answer). A step holds one token of every generating sequence first (so streams
+keep flowing), then whole prompt chunks of the sequences still reading their prompt, then drafts,
+up to ``n_batch`` tokens in all. A step is one decode, or in deterministic mode one decode per
+sequence, so that no sequence's rows share a batch with another's.
 
 Images in a prompt are spans of positions holding a negative key (see ``native/vision.py``).
 They are evaluated apart from the batched text decode, one image per step, so running streams
@@ -16,7 +19,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..batch import BatchEntry, common_prefix
+from ..batch import BatchEntry, PrefillLayout, common_prefix
 
 __all__ = ["ImageStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
 
@@ -28,12 +31,21 @@ class SeqStatus(enum.Enum):
 
 @dataclass
 class Slot:
-    """One KV sequence. ``cached`` is what its cells hold, position by position."""
+    """One KV sequence. ``cached`` is what its cells hold, position by position; the first
+    ``exact`` of them were made by reading a prompt of ``prompt_len`` positions in the prefill
+    layout (what another prompt may keep of them, see ``PrefillLayout.kept``)."""
 
     seq_id: int
     cached: list[int] = field(default_factory=list)
     last_used: int = 0
     busy: bool = False
+    exact: int = 0
+    prompt_len: int = 0
+
+    def cut(self, n: int) -> None:
+        """The cells from position ``n`` on are gone."""
+        del self.cached[n:]
+        self.exact = min(self.exact, n)
 
 
 @dataclass
@@ -65,14 +77,36 @@ class ImageStep:
 
 @dataclass
 class StepPlan:
+    """One step: ``entries`` decoded in ``groups`` (index lists into them, one decode each),
+    then at most one ``image`` read."""
+
     entries: list[tuple[SeqState, BatchEntry]]
     image: ImageStep | None = None
+    groups: list[list[int]] = field(default_factory=list)
 
 
 class Scheduler:
-    def __init__(self, n_seq_max: int, n_batch: int) -> None:
+    """The slots of one engine and the plan of each step.
+
+    Args:
+        n_seq_max: Slots (KV sequences).
+        n_batch: Most tokens in one step.
+        layout: How prompts are cut and what a new prompt keeps of cached cells.
+        deterministic: Decode each sequence on its own, never beside another's rows.
+    """
+
+    def __init__(
+        self,
+        n_seq_max: int,
+        n_batch: int,
+        layout: PrefillLayout | None = None,
+        *,
+        deterministic: bool = False,
+    ) -> None:
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self.n_batch = n_batch
+        self.layout = layout or PrefillLayout(0)
+        self.deterministic = deterministic
         self.running: list[SeqState] = []
         self._clock = 0
 
@@ -90,18 +124,27 @@ class Scheduler:
 
         The prefix may come from any slot, busy ones included: if taking over that slot would
         throw away a longer cached conversation (or it is busy), the prefix is shared into another
-        free slot instead (``copy_from``). At least the last prompt token is always evaluated,
-        since sampling needs its logits, and an image is reused whole or not at all. The caller
-        then applies the cache changes.
+        free slot instead (``copy_from``). What is kept follows the prefill layout (at least the
+        last prompt token is evaluated, an image is kept whole or not at all). The caller then
+        applies the cache changes.
         """
         image_spans = image_spans or {}
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
-        shared, _, source = max(
-            ((common_prefix(s.cached, prompt), not s.busy, s) for s in self.slots),
-            key=lambda candidate: candidate[:2],
+
+        def keeps(slot: Slot) -> int:
+            return self.layout.kept(
+                common_prefix(slot.cached, prompt),
+                len(prompt),
+                image_spans,
+                exact=slot.exact,
+                cached_prompt=slot.prompt_len,
+            )
+
+        n_reused, _, source = max(
+            ((keeps(s), not s.busy, s) for s in self.slots), key=lambda candidate: candidate[:2]
         )
-        n_reused = _outside_images(min(shared, len(prompt) - 1), image_spans)
+        shared = common_prefix(source.cached, prompt)
         # Taking the source over loses nothing when all it holds is a prefix of this prompt.
         keeps_whole = shared == len(source.cached) or len(free) == 1
         if n_reused > 0 and not source.busy and keeps_whole:
@@ -114,7 +157,9 @@ class Scheduler:
                 n_reused = 0
         if copy_from is not None:
             target.cached[:] = source.cached[:n_reused]
-        del target.cached[n_reused:]
+            target.exact, target.prompt_len = source.exact, source.prompt_len
+        target.cut(n_reused)
+        target.prompt_len = len(prompt)
         target.busy = True
         self._clock += 1
         target.last_used = self._clock
@@ -131,14 +176,13 @@ class Scheduler:
 
     def forget(self, seq: SeqState) -> None:
         """The slot's cells could not be cut at ``n_reused``: start its prompt from scratch."""
-        seq.slot.cached.clear()
+        seq.slot.cut(0)
         seq.n_reused = 0
 
     def plan(self, drafts: Mapping[int, Sequence[int]] | None = None) -> StepPlan:
-        """The next step: every decoding sequence's next token (followed by its ``drafts``,
-        by slot id, as far as the batch has room), then prompt chunks."""
-        entries: list[tuple[SeqState, BatchEntry]] = []
-        image: ImageStep | None = None
+        """The next step: every decoding sequence's next token, then whole prompt chunks,
+        then the ``drafts`` (by slot id) that still fit."""
+        plan = StepPlan([])
         budget = self.n_batch
         decoding = [
             seq
@@ -146,69 +190,79 @@ class Scheduler:
             if seq.status is SeqStatus.DECODE and seq.next_token is not None
         ]
         budget -= len(decoding)
-        for seq in decoding:
-            assert seq.next_token is not None
-            # Drafts only take room no other sequence's next token needs.
-            draft = list((drafts or {}).get(seq.slot.seq_id, ()))[: max(0, budget)]
-            budget -= len(draft)
-            entry = BatchEntry(
-                seq.slot.seq_id, [seq.next_token, *draft], seq.n_past, True, logits_all=bool(draft)
-            )
-            entries.append((seq, entry))
         for seq in self.running:
             if seq.status is not SeqStatus.PREFILL:
                 continue
             start = seq.n_past
             n_image = seq.image_spans.get(start)
             if n_image is not None:
-                if image is None:
-                    image = ImageStep(seq, start, n_image)
+                if plan.image is None:
+                    plan.image = ImageStep(seq, start, n_image)
                 continue
-            if budget <= 0:
+            end = self.layout.chunk_end(start, len(seq.prompt), list(seq.image_spans), budget)
+            if end is None:
                 continue
-            end = min([start + budget, len(seq.prompt)] + [s for s in seq.image_spans if s > start])
-            chunk = seq.prompt[start:end]
             done = end == len(seq.prompt)
-            entries.append((seq, BatchEntry(seq.slot.seq_id, chunk, start, done)))
-            budget -= len(chunk)
+            plan.entries.append(
+                (seq, BatchEntry(seq.slot.seq_id, seq.prompt[start:end], start, done))
+            )
+            budget -= end - start
+        for seq in decoding:
+            # Drafts only take room no prompt chunk or other sequence's next token needs.
+            draft = list((drafts or {}).get(seq.slot.seq_id, ()))[: max(0, budget)]
+            budget -= len(draft)
+            assert seq.next_token is not None
+            entry = BatchEntry(
+                seq.slot.seq_id, [seq.next_token, *draft], seq.n_past, True, logits_all=bool(draft)
+            )
+            plan.entries.append((seq, entry))
         # With one KV stream per sequence llama.cpp cuts a batch into micro-batches of
         # consecutive sequence ids: in id order the decode tokens of a step make one, not many.
-        entries.sort(key=lambda pair: pair[1].seq_id)
-        return StepPlan(entries, image)
+        plan.entries.sort(key=lambda pair: pair[1].seq_id)
+        indices = list(range(len(plan.entries)))
+        plan.groups = [[i] for i in indices] if self.deterministic else [indices] if indices else []
+        return plan
 
-    def decoded(self, plan: StepPlan) -> None:
-        """The plan's tokens are now in the cache."""
-        for seq, entry in plan.entries:
-            seq.slot.cached.extend(entry.tokens)
+    def decoded(self, plan: StepPlan, group: Sequence[int] | None = None) -> None:
+        """The tokens of the plan's ``group`` of entries (all of them by default) are now in
+        the cache."""
+        picked = range(len(plan.entries)) if group is None else group
+        for index in picked:
+            seq, entry = plan.entries[index]
+            slot = seq.slot
+            if seq.status is SeqStatus.PREFILL and entry.start_pos == slot.exact:
+                end = entry.start_pos + len(entry.tokens)
+                # The last prompt token is read alone: its cell is not one a longer prompt
+                # would make, so it never counts as exact.
+                slot.exact = min(end, len(seq.prompt) - 1)
+            slot.cached.extend(entry.tokens)
             if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
                 seq.status = SeqStatus.DECODE
             seq.next_token = None
 
     def restored(self, seq: SeqState, n_reused: int) -> None:
-        """The slot now holds the first ``n_reused`` prompt tokens, from a saved state."""
+        """The slot now holds the first ``n_reused`` prompt tokens, from a saved state (read in
+        the prefill layout, and cut where the layout lets this prompt keep them)."""
         seq.slot.cached[:] = seq.prompt[:n_reused]
+        seq.slot.exact = n_reused
         seq.n_reused = n_reused
         seq.copy_from = None
 
     def rollback(self, seq: SeqState, n_keep: int) -> None:
         """The sequence's cells from position ``n_keep`` on were dropped (rejected drafts)."""
-        del seq.slot.cached[n_keep:]
+        seq.slot.cut(n_keep)
 
     def image_decoded(self, step: ImageStep) -> None:
-        """The image's embeddings are now in the cache."""
-        step.seq.slot.cached.extend(step.seq.prompt[step.start : step.start + step.n_pos])
+        """The image's embeddings are now in the cache (made the same way however the prompt
+        around them is read, so they extend the exact cells they follow)."""
+        slot = step.seq.slot
+        if slot.exact == step.start:
+            slot.exact = step.start + step.n_pos
+        slot.cached.extend(step.seq.prompt[step.start : step.start + step.n_pos])
 
     def release(self, seq: SeqState, *, keep_cache: bool) -> None:
         """Free the request's slot; its cells stay for prefix reuse unless ``keep_cache`` is off."""
         self.running.remove(seq)
         seq.slot.busy = False
         if not keep_cache:
-            seq.slot.cached.clear()
-
-
-def _outside_images(n_reused: int, image_spans: Mapping[int, int]) -> int:
-    """``n_reused`` moved back to the start of an image it would cut through."""
-    for start, n_pos in image_spans.items():
-        if start < n_reused < start + n_pos:
-            return start
-    return n_reused
+            seq.slot.cut(0)

@@ -1,0 +1,154 @@
+"""The same answer every time.
+
+By default, caching never changes a greedy answer: a prompt asked again (its prefix kept from
+the cache), asked after another that shares its beginning (part of it kept), or asked after the
+cache was cleared (read in full) gets the same tokens, because prompts are always read in the
+same position-aligned chunks (``PrefillLayout``). In deterministic mode a request's greedy
+tokens also do not depend on what else runs: alone, sixteen at once, or beside sampled traffic.
+
+These tests compare token for token on purpose: the engine guarantees these equalities on any
+CPU (same build, same thread count), whatever the kernels' rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.engine import (
+    ChatMessage,
+    ChatRequest,
+    Engine,
+    EngineConfig,
+    SamplingParams,
+)
+
+from .helpers import GREEDY, QUESTIONS
+
+SYSTEM = (
+    "You are the help desk of the Zephyr-9 field station on the northern ridge of Mount Kell. "
+    "The station has three laboratories: atmospheric chemistry, glaciology and seismic "
+    "monitoring. Visitors sign in at the front desk, wear a badge at all times, and never enter "
+    "a laboratory alone. The canteen opens from seven to nine, twelve to two and six to eight. "
+    "Answer in one or two short sentences, politely, and say when you do not know."
+)
+ASKED = [
+    "When does the canteen open?",
+    "Can I visit the glaciology lab?",
+    "Where do visitors sign in?",
+    "Do I need a badge?",
+    "What labs are there?",
+    "Is there seismic monitoring?",
+    "Can I bring my dog?",
+    "Who runs the station?",
+]
+EXTRA = [
+    "Count from one to ten.",
+    "Write two lines about autumn.",
+    "What is the opposite of cold?",
+    "Spell the word banana backwards.",
+    "What do bees make?",
+    "Name a fruit that is yellow.",
+    "How many legs does a spider have?",
+    "What is the boiling point of water?",
+    "Give me a synonym for happy.",
+    "What colour is grass?",
+    "Say something kind.",
+    "What is the first month of the year?",
+    "Name a musical instrument.",
+    "What do cows drink?",
+    "Tell me a riddle.",
+    "What is five times three?",
+]
+
+
+def _forty() -> list[ChatRequest]:
+    """Forty everyday chats: plain questions, and help-desk questions under one long system
+    prompt (so later ones keep part of the earlier ones' cells)."""
+    plain = [[ChatMessage(role="user", content=q)] for q in [*QUESTIONS, *EXTRA]]
+    desk = [
+        [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=q)]
+        for q in ASKED
+    ]
+    chats = [*plain, *desk]
+    assert len(chats) == 40
+    return [ChatRequest(messages=m, max_tokens=32, sampling=GREEDY) for m in chats]
+
+
+def _fresh(request: ChatRequest) -> ChatRequest:
+    """The same request under a new id (ids must not repeat while running)."""
+    return ChatRequest(
+        messages=request.messages, max_tokens=request.max_tokens, sampling=request.sampling
+    )
+
+
+def test_caching_never_changes_a_greedy_answer(smollm_path: Path) -> None:
+    requests = _forty()
+    config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024)
+    with Engine(config) as engine:
+        first, again = [], []
+        for request in requests:
+            first.append(engine.generate(_fresh(request)))
+            again.append(engine.generate(_fresh(request)))  # kept from the cache
+        cold = []
+        for request in requests:
+            engine.clear_cache()
+            cold.append(engine.generate(_fresh(request)))
+    differ = [i for i, (a, b, c) in enumerate(zip(first, again, cold, strict=True))
+              if not a.token_ids == b.token_ids == c.token_ids]  # fmt: skip
+    assert differ == [], [(first[i].text, again[i].text, cold[i].text) for i in differ]
+    for repeat, fresh in zip(again, cold, strict=True):
+        assert fresh.usage.cached_prompt_tokens == 0
+        assert repeat.usage.cached_prompt_tokens == repeat.usage.prompt_tokens - 1
+    # The help-desk chats after the first kept the long system prompt's aligned blocks.
+    assert all(a.usage.cached_prompt_tokens >= 64 for a in first[33:])
+
+
+@pytest.fixture(scope="module")
+def deterministic(smollm_path: Path) -> Iterator[Engine]:
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=16, n_ctx_per_seq=1024, deterministic=True
+    )
+    with Engine(config) as engine:
+        yield engine
+
+
+def test_deterministic_tokens_do_not_depend_on_what_else_runs(deterministic: Engine) -> None:
+    engine = deterministic
+    requests = _forty()
+    alone = []
+    for request in requests:
+        engine.clear_cache()
+        alone.append(engine.generate(_fresh(request)))
+    with ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(lambda r: engine.generate(_fresh(r)), requests))
+
+    # Sampled chats of other lengths keep running beside the forty.
+    stop = threading.Event()
+
+    def traffic(seed: int) -> None:
+        while not stop.is_set():
+            sampled = SamplingParams(temperature=0.9, seed=seed)
+            engine.generate(
+                ChatRequest(
+                    messages=[ChatMessage(role="user", content=f"Tell story number {seed}.")],
+                    max_tokens=24 + seed,
+                    sampling=sampled,
+                )
+            )
+
+    with ThreadPoolExecutor(4) as noise:
+        futures = [noise.submit(traffic, seed) for seed in range(4)]
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                mixed = list(pool.map(lambda r: engine.generate(_fresh(r)), requests))
+        finally:
+            stop.set()
+        for future in futures:
+            future.result()
+    for i, (a, b, c) in enumerate(zip(alone, together, mixed, strict=True)):
+        assert a.token_ids == b.token_ids == c.token_ids, (i, a.text, b.text, c.text)
