@@ -168,7 +168,7 @@ bench-serve: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
 
 # Soak: mixed traffic (threads and asyncio, cancellations, timeouts, overload) for MINUTES, then
-# leak checks; tests/integration/test_soak.py runs 2 minutes of it in `make test`.
+# leak checks; tests/integration/test_soak.py runs one minute of it in `make test`.
 MINUTES ?= 10
 soak: models
 	$(BIN)/python benchmarks/soak.py --minutes $(MINUTES) --json benchmarks/results/soak.json

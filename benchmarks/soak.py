@@ -20,7 +20,7 @@ At the end it checks:
   at the end.
 
 It prints a summary table, writes JSON with ``--json``, and exits 1 when a check fails.
-``make soak MINUTES=N`` runs it; ``tests/integration/test_soak.py`` runs it for 2 minutes.
+``make soak MINUTES=N`` runs it; ``tests/integration/test_soak.py`` runs it for one minute.
 """
 
 from __future__ import annotations

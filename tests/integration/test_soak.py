@@ -1,4 +1,4 @@
-"""Two minutes of the soak (``benchmarks/soak.py``): mixed traffic, cancellations, timeouts and
+"""One minute of the soak (``benchmarks/soak.py``): mixed traffic, cancellations, timeouts and
 overload from threads and asyncio at once, then its checks (every request ended once with a
 result or a typed error, idle KV, no thread or fd leak, bounded RSS growth, fixed greedy
 prompts unchanged). It runs in a process of its own, so its leak checks see only its engine."""
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_soak_two_minutes(tmp_path: Path, smollm_path: Path) -> None:
+def test_soak_one_minute(tmp_path: Path, smollm_path: Path) -> None:
     report = tmp_path / "soak.json"
     env = dict(os.environ, LLAMACPP_INTEGRATIONS_MODELS=str(smollm_path.parent))
     run = subprocess.run(
@@ -22,7 +22,7 @@ def test_soak_two_minutes(tmp_path: Path, smollm_path: Path) -> None:
             sys.executable,
             str(ROOT / "benchmarks" / "soak.py"),
             "--minutes",
-            "2",
+            "1",
             "--json",
             str(report),
         ],
