@@ -294,6 +294,12 @@ class Engine:
             texts, channel, normalize=normalize, truncate=truncate, timeout=timeout, chunk=chunk
         )
 
+    @property
+    def chunks_long_texts(self) -> bool:
+        """Texts too long for the embedding context can be averaged over windows
+        (``embed(..., chunk=True)``): this engine is a ``ChunkingEngine``."""
+        return True
+
     def embed(
         self,
         texts: Sequence[str],

@@ -149,7 +149,14 @@ class RerankingEngine(Protocol):
 @runtime_checkable
 class ChunkingEngine(Protocol):
     """An optional capability: ``embed`` that cuts texts too long for the context into windows
-    and averages their vectors (``chunk=True``), as the local ``Engine`` does."""
+    and averages their vectors (``chunk=True``), as the local ``Engine`` does. An engine has
+    it when it says so (``chunks_long_texts``): a runtime check sees methods, not their
+    parameters, and every engine has an ``embed``."""
+
+    @property
+    def chunks_long_texts(self) -> bool:
+        """True: ``embed`` and ``aembed`` take ``chunk``."""
+        ...
 
     def embed(
         self,

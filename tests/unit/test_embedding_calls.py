@@ -34,7 +34,9 @@ class PlainEngine:
 
 
 class ChunkingEngine(PlainEngine):
-    """An engine that also takes ``chunk`` (what makes it a ``ChunkingEngine``)."""
+    """An engine that also takes ``chunk`` and says so (what makes it a ``ChunkingEngine``)."""
+
+    chunks_long_texts = True
 
     def embed(  # type: ignore[override]
         self, texts: Sequence[str], *, chunk: bool = False, **keywords: Any
@@ -112,3 +114,10 @@ def test_every_batch_size_gives_the_same_vectors(size: int) -> None:
     texts = [str(n) * n for n in range(1, 8)]
     outcomes = embed_both(PlainEngine(), texts, EmbeddingSettings(batch_size=size))
     assert outcomes[0][0] == outcomes[1][0] == [[float(n)] for n in range(1, 8)]
+
+
+def test_an_engine_that_cannot_chunk_is_refused_with_a_clear_error() -> None:
+    # Like a RemoteEngine: an embed that takes no ``chunk``.
+    refusal = "PlainEngine cannot chunk long texts: use a local Engine, or truncate"
+    outcomes = embed_both(PlainEngine(), ["a"], EmbeddingSettings(chunk_long_texts=True))
+    assert outcomes == [refusal, refusal]
