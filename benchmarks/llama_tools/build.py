@@ -96,7 +96,8 @@ def build(version: str, libs: Path, sdist: Path, target: Path) -> None:
                 (bin_dir / soname).symlink_to(name)
         subprocess.run(
             ["cmake", "-S", str(project), "-B", str(scratch / "build"),
-             "-DCMAKE_BUILD_TYPE=Release", f"-DWHEEL_LIB={bin_dir}"],
+             "-DCMAKE_BUILD_TYPE=Release", f"-DWHEEL_LIB={bin_dir}",
+             f"-DLLAMA_BUILD_COMMIT=llama-cpp-python-{version}"],
             check=True,
         )  # fmt: skip
         subprocess.run(

@@ -14,9 +14,9 @@ __all__ = ["TESTED_BUILDS", "check_build"]
 
 TESTED_BUILDS: frozenset[str] = frozenset(
     {
-        # llama.cpp vendored by llama-cpp-python 0.3.36 ("0.5.0-dev (build 1, commit 0c1e570)"),
-        # the server `make llama-server` builds.
-        "b1-0c1e570",
+        # llama.cpp vendored by llama-cpp-python 0.3.36, as `make llama-server` builds it
+        # (benchmarks/llama_tools names the build after the llama-cpp-python release).
+        "b0-llama-cpp-python-0.3.36",
     }
 )
 

@@ -161,7 +161,7 @@ def test_untested_builds_are_refused_unless_allowed() -> None:
 
 def test_server_description_and_stats() -> None:
     props = {
-        "build_info": "b1-0c1e570",
+        "build_info": "b0-llama-cpp-python-0.3.36",
         "model_path": "/models/SmolLM2.gguf",
         "chat_template": "{{ messages }}",
         "bos_token": "<s>",
