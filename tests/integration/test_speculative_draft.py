@@ -159,10 +159,11 @@ def test_the_target_as_its_own_draft_has_its_drafts_accepted(smollm_path: Path) 
     context mirrors the slot's tokens exactly, so a high acceptance shows the mirror right: for
     new prompts, for a conversation continued on a reused cached prefix, and for sequences
     drafting together (a stale or foreign cell would make the drafts miss). Batches of 64
-    tokens: the draft context reads each prompt in several decodes."""
+    tokens and prefill blocks of 16: the draft context reads each prompt in several decodes,
+    and a follow-up keeps most of the conversation's cells."""
     with (
-        Engine(_config(smollm_path, None, n_batch=64)) as plain,
-        Engine(_config(smollm_path, smollm_path, n_batch=64)) as spec,
+        Engine(replace(_config(smollm_path, None, n_batch=64), prefill_block=16)) as plain,
+        Engine(replace(_config(smollm_path, smollm_path, n_batch=64), prefill_block=16)) as spec,
     ):
         assert str(smollm_path) not in loaded_draft_weights()  # the target's own weights
         first = greedy_request(QUOTES[3])
