@@ -10,21 +10,64 @@ the binding's lifetime, so repeated overrides load nothing again.
 Registry engines are held (``EngineHold``) and given back by ``close``, or when the binding is
 collected; the last adapter to let go unloads the engine, at once or after ``keep_alive``
 seconds.
+
+Before its engine is loaded, a binding can still tell what one request will get
+(``EngineBinding.window``): the context the engine its settings make would choose, estimated
+from the model's GGUF header, and the model's name (``model_display_name``, the one rule every
+adapter and the server name a model by).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
-from ..engine import InferenceEngine, ReasoningFormat
+from ..engine import EngineConfig, InferenceEngine, ModelInfo, ReasoningFormat
 from ..engine.registry import EngineHold, hold_engine
+from ..engine.sizing import estimated_context
+from ..models import GGUFInfo
 from ..tools import TemplateToolSupport, detect_reasoning, detect_tool_support
 
-__all__ = ["EngineBinding"]
+__all__ = ["EngineBinding", "ModelWindow", "estimated_window", "model_display_name"]
+
+
+def model_display_name(path: str | os.PathLike[str]) -> str:
+    """A model's name, wherever this package shows one (LangChain's ``model_name`` and profile,
+    LlamaIndex's ``model_name``, the server's model id): its file name without ``.gguf``.
+
+    Not the header's ``general.name``: that is free text, often the training run's (SmolLM2's
+    says "Smollm2 135M 8k Lc100K Mix1 Ep2"), the same for every quantization of a model, and
+    no good as an id in a URL. The file name is what the user chose and sees, and what a remote
+    llama-server reports its model by.
+    """
+    return PurePath(path).name.removesuffix(".gguf")
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    """How many tokens one request gets (prompt plus answer), and the model's name."""
+
+    n_ctx_per_seq: int
+    name: str
+
+    @classmethod
+    def of(cls, info: ModelInfo) -> ModelWindow:
+        """The window a loaded engine reports."""
+        return cls(info.n_ctx_per_seq, model_display_name(info.path))
+
+
+def estimated_window(settings: Mapping[str, Any], header: GGUFInfo) -> ModelWindow:
+    """The window the engine ``settings`` (``EngineConfig`` fields) make would give one request
+    of the model ``header`` describes, before anything is loaded: the context it would choose
+    now (``engine.sizing.estimated_context``: the training context, fitted to free memory)."""
+    choice = estimated_context(EngineConfig(**settings), header)
+    return ModelWindow(choice.n_ctx_per_seq, model_display_name(header.path))
 
 
 class EngineBinding:
@@ -87,6 +130,15 @@ class EngineBinding:
         unloads them). A later call loads again."""
         with self._lock:
             _release_all(self._holds, self.keep_alive)
+
+    def window(self, header: GGUFInfo) -> ModelWindow:
+        """What one request of this binding's engine gets, loading nothing: the engine's own
+        window once it is loaded (or was passed in); before that, ``estimated_window`` of its
+        settings and the model's ``header``."""
+        engine = self.loaded()
+        if engine is not None:
+            return ModelWindow.of(engine.info)
+        return estimated_window(self._settings, header)
 
     def tool_support(
         self, engine: InferenceEngine, chat_template: str | None

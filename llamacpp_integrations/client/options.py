@@ -3,13 +3,21 @@
 Both chat adapters read their per-call keywords here, so they accept the same names, refuse the
 same mistakes with the same error (``UnknownOptionError``), and read ``response_format`` in the
 same shapes.
+
+A keyword that is not passed (or is passed as ``UNSET``) keeps the adapter's default; a keyword
+passed as ``None`` means "none of it" (``NULLABLE_OPTIONS``): ``max_tokens=None`` is no limit (the
+answer may run to the end of its sequence's context), ``timeout=None`` no time limit,
+``stop=None`` no stop strings, ``seed=None`` a random seed. Options that have no "none"
+(``temperature``, ``top_k``...) refuse ``None`` with ``InvalidRequestError``. This is httpx's
+``USE_CLIENT_DEFAULT`` rule: the sentinel, not ``None``, says "not given".
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel
 
@@ -19,12 +27,39 @@ from .settings import SAMPLING_SETTINGS
 
 __all__ = [
     "CALL_OPTIONS",
+    "NULLABLE_OPTIONS",
     "TOOL_OPTIONS",
+    "UNSET",
     "CallOptions",
     "ResponseFormat",
+    "Unset",
     "defaults_of",
+    "or_default",
     "read_response_format",
 ]
+
+T = TypeVar("T")
+
+
+class Unset(enum.Enum):
+    """The type of ``UNSET`` (an enum of one member, so type checkers narrow ``x is UNSET``)."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+"""A call keyword's value for "not passed": the adapter's default applies. Passing it is the
+same as leaving the keyword out; it lets code that forwards keywords say "not given" without
+``None``, which is a value of its own (see the module docstring)."""
+
+
+def or_default(value: T | Unset, default: T) -> T:
+    """``value``, or ``default`` when it is ``UNSET``."""
+    return default if value is UNSET else value
+
 
 REQUEST_OPTIONS = (
     "max_tokens",
@@ -46,6 +81,34 @@ TOOL_OPTIONS = (
 )
 CALL_OPTIONS = (*SAMPLING_SETTINGS, *REQUEST_OPTIONS, "model")
 """Keywords every call takes; chat calls also take ``TOOL_OPTIONS``."""
+
+NULLABLE_OPTIONS = frozenset(
+    {
+        "max_tokens",  # no limit: to the end of the sequence's context
+        "stop",  # no stop strings
+        "timeout",  # no time limit
+        "logprobs",  # no log-probabilities
+        "top_logprobs",  # none beyond the chosen token's
+        "chat_template",  # the model's own template
+        "reasoning",  # the template's default
+        "reasoning_budget",  # no budget
+        "grammar",  # no grammar
+        "logit_bias",  # no bias
+        "seed",  # a random seed
+        "model",  # the adapter's model
+        "tools",  # no tools
+        "tool_choice",  # "auto"
+        "response_format",  # free text
+    }
+)
+"""Call keywords for which an explicit ``None`` means "none" (what each comment says); the
+others (``temperature``, ``top_k``, ``parallel_tool_calls``...) refuse ``None``."""
+
+_FALLBACKS: dict[str, Any] = {f.name: f.default for f in fields(SamplingParams)} | {
+    "parallel_tool_calls": True,
+    "allow_repeated_calls": False,
+}
+"""What an option is when neither the call nor the adapter's defaults name it."""
 
 
 def defaults_of(adapter: object) -> dict[str, Any]:
@@ -137,13 +200,14 @@ class CallOptions:
     ) -> CallOptions:
         """``defaults`` (an adapter's fields, by name) overridden by a call's ``kwargs``.
 
-        A ``None`` keyword keeps the default. ``chat=False`` refuses tools and response
-        formats (completion calls).
+        A keyword left out or passed as ``UNSET`` keeps the default; ``None`` means "none"
+        (``NULLABLE_OPTIONS``: ``max_tokens=None`` is no limit). ``chat=False`` refuses tools
+        and response formats (completion calls).
 
         Raises:
             UnknownOptionError: a keyword no call takes.
-            InvalidRequestError: tools together with a response format, a grammar together
-                with either, or a bad format or grammar.
+            InvalidRequestError: ``None`` for an option that has no "none", tools together with
+                a response format, a grammar together with either, or a bad format or grammar.
         """
         accepted = (*CALL_OPTIONS, *TOOL_OPTIONS) if chat else CALL_OPTIONS
         unknown = sorted(set(kwargs) - set(accepted))
@@ -154,12 +218,19 @@ class CallOptions:
             )
 
         def pick(name: str) -> Any:
-            value = kwargs.get(name)
-            return defaults.get(name) if value is None else value
+            value = kwargs.get(name, UNSET)
+            if value is UNSET:
+                return defaults.get(name, _FALLBACKS.get(name))
+            if value is None and name not in NULLABLE_OPTIONS:
+                raise InvalidRequestError(
+                    f"{name}=None: {name} has no 'none'; leave it out (or pass UNSET) to keep "
+                    "the default"
+                )
+            return value
 
         stop = pick("stop") or ()
-        tools = kwargs.get("tools") or None
-        response_format = kwargs.get("response_format")
+        tools = pick("tools") or None
+        response_format = pick("response_format")
         if tools and response_format is not None:
             raise InvalidRequestError("tools and response_format cannot be used together")
         grammar = _grammar(pick("grammar"))
@@ -168,8 +239,7 @@ class CallOptions:
                 "grammar cannot be used together with tools or response_format: they "
                 "constrain the answer with grammars of their own"
             )
-        parallel = kwargs.get("parallel_tool_calls", defaults.get("parallel_tool_calls", True))
-        repeats = kwargs.get("allow_repeated_calls", defaults.get("allow_repeated_calls", False))
+        tool_choice = pick("tool_choice")
         return cls(
             sampling=SamplingParams(**{name: pick(name) for name in SAMPLING_SETTINGS}),
             max_tokens=pick("max_tokens"),
@@ -181,13 +251,14 @@ class CallOptions:
             reasoning_budget=pick("reasoning_budget"),
             grammar=grammar,
             tools=_tool_dicts(tools),
-            tool_choice="auto" if kwargs.get("tool_choice") is None else kwargs["tool_choice"],
-            parallel_tool_calls=bool(parallel),
-            allow_repeated_calls=bool(repeats),
+            tool_choice="auto" if tool_choice is None else tool_choice,
+            parallel_tool_calls=bool(pick("parallel_tool_calls")),
+            allow_repeated_calls=bool(pick("allow_repeated_calls")),
             response_format=(
                 None if response_format is None else read_response_format(response_format)
             ),
-            model=kwargs.get("model"),
+            # The adapter's own model is the binding's; only a call's override is an option.
+            model=or_default(kwargs.get("model", UNSET), None),
         )
 
 

@@ -8,10 +8,11 @@ and the reasoning is passed along beside it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ..engine import Completion, StreamChunk
+from ..engine import Completion, StreamChunk, TokenLogprob
 from ..errors import OutputTruncatedError
 from ..tools import (
     InvalidToolCall,
@@ -23,7 +24,7 @@ from ..tools import (
     read_tool_answer,
 )
 
-__all__ = ["CallResult", "ChunkReader", "CutJson", "read_answer"]
+__all__ = ["CallResult", "ChunkReader", "CutJson", "openai_logprobs", "read_answer"]
 
 CutJson = Literal["raise", "keep"]
 """What a structured call does when ``max_tokens`` cuts its JSON: raise
@@ -62,6 +63,24 @@ class CallResult:
         if self.invalid_calls:
             return "length"
         return "tool_calls" if self.tool_calls else self.completion.finish_reason
+
+
+def openai_logprobs(entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    """Log-probabilities in OpenAI's chat ``logprobs.content`` shape: per token its text,
+    log-probability, bytes and ``top_logprobs`` (LangChain's ``response_metadata`` and the
+    server's chat answers both use it)."""
+    return [
+        {
+            "token": entry.token,
+            "logprob": entry.logprob,
+            "bytes": list(entry.bytes),
+            "top_logprobs": [
+                {"token": top.token, "logprob": top.logprob, "bytes": list(top.bytes)}
+                for top in entry.top
+            ],
+        }
+        for entry in entries
+    ]
 
 
 def read_answer(

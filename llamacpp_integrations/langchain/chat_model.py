@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -25,17 +24,22 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..client import (
+    UNSET,
     CallResult,
     CallSettings,
     CallSite,
     EngineSettings,
+    MessagesOf,
+    ModelWindow,
     PreparedCall,
     SamplingSettings,
-    engine_settings_of,
+    estimated_window,
+    model_display_name,
+    openai_logprobs,
+    or_default,
 )
 from ..client.settings import SAMPLING_SETTINGS
-from ..engine import ChatRequest, EngineConfig, InferenceEngine
-from ..engine.sizing import estimated_context
+from ..engine import ChatRequest, InferenceEngine
 from ..errors import LlamaCppIntegrationError
 from ..models import MMPROJ_AUTO, GGUFInfo, cached_model_info, resolve_mmproj_path
 from ..multimodal import image_reader_for
@@ -44,7 +48,6 @@ from ..tools import ToolStreamChunk, detect_reasoning
 from .messages import (
     PROVIDER,
     invalid_tool_calls,
-    logprob_entry,
     openai_tool_calls,
     response_metadata,
     to_engine_messages,
@@ -94,6 +97,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     ``None`` keeps the engine's default). Calls take the sampling and per-request settings,
     ``max_tokens``, ``stop`` and ``model`` as keywords; unknown keywords raise
     ``UnknownOptionError`` (a ``TypeError``), unknown constructor arguments a ``ValidationError``.
+    A keyword left out keeps the field's value; ``None`` means "none": ``invoke(...,
+    max_tokens=None)`` lifts the field's limit for that call (see ``client.UNSET``).
     """
 
     # An unknown argument (another integration's ``model_path``, ``n_ctx``...) is an error,
@@ -106,7 +111,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     engine: InferenceEngine | None = Field(default=None, exclude=True)
     """An engine to serve from instead of the registry's shared one."""
     max_tokens: int | None = None
-    """Most tokens to generate; ``None`` lets the answer run to the end of its context."""
+    """Most tokens to generate; ``None`` lets the answer run to the end of its context (a call's
+    ``max_tokens=None`` does so too, whatever this field says)."""
     stop: list[str] | None = Field(default=None, alias="stop_sequences")
     """Strings that end the answer (never part of it); ``stop=`` per call replaces them."""
     max_retries: int = 2
@@ -139,11 +145,10 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     @property
     def model_name(self) -> str:
         """The model as the user named it; without a name (``LLAMACPP_MODEL``), the GGUF's
-        own name or its file name."""
+        file name (``client.model_display_name``)."""
         if self.model:
             return self.model
-        info = self._get_engine().info
-        return info.name or Path(info.path).stem
+        return model_display_name(self._get_engine().info.path)
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -152,11 +157,11 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = LangSmithParams(
             ls_provider=PROVIDER,
-            ls_model_name=kwargs.get("model") or self.model_name,
+            ls_model_name=or_default(kwargs.get("model", UNSET), None) or self.model_name,
             ls_model_type="chat",
-            ls_temperature=kwargs.get("temperature", self.temperature),
+            ls_temperature=or_default(kwargs.get("temperature", UNSET), self.temperature),
         )
-        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        max_tokens = or_default(kwargs.get("max_tokens", UNSET), self.max_tokens)
         if max_tokens is not None:
             params["ls_max_tokens"] = max_tokens
         if stop or self.stop:
@@ -222,14 +227,15 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         if info is None:
             return profile
         # What one request gets from the engine these settings make, not the training context.
+        # (Not through self.binding: made here, in the constructor, it would fix the engine
+        # settings before the first call.)
         if self.engine is not None:
-            context = self.engine.info.n_ctx_per_seq
+            window = ModelWindow.of(self.engine.info)
         else:
-            config = EngineConfig(**engine_settings_of(self))
-            context = estimated_context(config, info).n_ctx_per_seq
+            window = estimated_window(self._engine_settings(), info)
         template = self.chat_template or info.chat_template
-        profile["name"] = info.name or Path(str(self.model)).stem
-        profile["max_input_tokens"] = profile["max_output_tokens"] = context
+        profile["name"] = window.name
+        profile["max_input_tokens"] = profile["max_output_tokens"] = window.n_ctx_per_seq
         profile["reasoning_output"] = template is not None and _shows_reasoning(template)
         return profile
 
@@ -269,6 +275,16 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     def _name(self, call: PreparedCall) -> str:
         return call.options.model or self.model_name
 
+    @staticmethod
+    def _call_args(
+        messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], MessagesOf]:
+        """A call's keywords and its messages' translation. LangChain passes ``stop=None``
+        when a call names no stop strings: then the field's apply (a keyword's ``None`` would
+        mean "no stop strings")."""
+        keywords = kwargs if stop is None else {**kwargs, "stop": stop}
+        return keywords, partial(to_engine_messages, messages)
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -276,7 +292,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        call = self._site().prepare({**kwargs, "stop": stop}, partial(to_engine_messages, messages))
+        call = self._site().prepare(*self._call_args(messages, stop, kwargs))
         return self._chat_result(call.generate(), self._name(call))
 
     async def _agenerate(
@@ -286,8 +302,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        translate = partial(to_engine_messages, messages)
-        call = await self._site().aprepare({**kwargs, "stop": stop}, translate)
+        call = await self._site().aprepare(*self._call_args(messages, stop, kwargs))
         return self._chat_result(await call.agenerate(), self._name(call))
 
     def _stream(
@@ -297,12 +312,12 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        call = self._site().prepare({**kwargs, "stop": stop}, partial(to_engine_messages, messages))
+        call = self._site().prepare(*self._call_args(messages, stop, kwargs))
         name = self._name(call)
         for piece in call.stream():
-            chunk = self._chunk(piece, name)
-            if run_manager is not None and piece.text:
-                run_manager.on_llm_new_token(piece.text, chunk=chunk)
+            chunk, token = self._chunk(piece, name)
+            if run_manager is not None and token:
+                run_manager.on_llm_new_token(token, chunk=chunk)
             yield chunk
 
     async def _astream(
@@ -312,13 +327,12 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        translate = partial(to_engine_messages, messages)
-        call = await self._site().aprepare({**kwargs, "stop": stop}, translate)
+        call = await self._site().aprepare(*self._call_args(messages, stop, kwargs))
         name = self._name(call)
         async for piece in call.astream():
-            chunk = self._chunk(piece, name)
-            if run_manager is not None and piece.text:
-                await run_manager.on_llm_new_token(piece.text, chunk=chunk)
+            chunk, token = self._chunk(piece, name)
+            if run_manager is not None and token:
+                await run_manager.on_llm_new_token(token, chunk=chunk)
             yield chunk
 
     # ---- LangChain objects ----------------------------------------------------------------
@@ -346,7 +360,9 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _chunk(self, piece: ToolStreamChunk, name: str) -> ChatGenerationChunk:
+    def _chunk(self, piece: ToolStreamChunk, name: str) -> tuple[ChatGenerationChunk, str]:
+        """The LangChain chunk of a piece, and the new text callbacks hear of (``""``:
+        nothing to report)."""
         last = piece.finish_reason is not None
         message = AIMessageChunk(
             content=piece.text,
@@ -366,10 +382,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
                 message.response_metadata["repeated_calls_prevented"] = piece.repeats_prevented
         if piece.logprobs:
             message.response_metadata.setdefault("logprobs", {"content": []})
-            message.response_metadata["logprobs"]["content"] += [
-                logprob_entry(entry) for entry in piece.logprobs
-            ]
-        return ChatGenerationChunk(message=message)
+            message.response_metadata["logprobs"]["content"] += openai_logprobs(piece.logprobs)
+        return ChatGenerationChunk(message=message), piece.text
 
     # ---- tools and structured output ------------------------------------------------------
 

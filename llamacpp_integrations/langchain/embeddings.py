@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 from langchain_core.embeddings import Embeddings
 from pydantic import ConfigDict, Field
 
 from ..client import EngineSettings
 from ..client.embedding import (
     EmbeddingSettings,
+    Progress,
     aembed_texts,
     embed_texts,
     model_prefixes,
@@ -105,13 +108,19 @@ class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
             given = family.query if query else family.document
         return [given + text for text in texts] if given else texts
 
+    def _progress(
+        self, texts: list[str], show_progress: bool | None
+    ) -> AbstractContextManager[Progress]:
+        """A tqdm bar over ``texts`` when ``show_progress`` (default: the field) asks for one."""
+        show = self.show_progress if show_progress is None else show_progress
+        return progress_bar(show, len(texts), "Embedding")
+
     def embed_documents(
         self, texts: list[str], *, show_progress: bool | None = None
     ) -> list[list[float]]:
         """One vector per document, in order, sent to the engine ``batch_size`` texts at a
         time; ``show_progress`` (default: the field) shows a tqdm bar."""
-        show = self.show_progress if show_progress is None else show_progress
-        with progress_bar(show, len(texts), "Embedding") as bar:
+        with self._progress(texts, show_progress) as bar:
             return embed_texts(self.binding, self._prefixed(texts, query=False), self, progress=bar)
 
     def embed_query(self, text: str) -> list[float]:
@@ -123,11 +132,9 @@ class LlamaCppEmbeddings(EmbeddingSettings, EngineSettings, Embeddings):
     ) -> list[list[float]]:
         """Like ``embed_documents``, awaiting the engine without blocking the event loop."""
         await self.binding.aget()  # loads the model off the event loop before prefixes need it
-        show = self.show_progress if show_progress is None else show_progress
-        with progress_bar(show, len(texts), "Embedding") as bar:
-            return await aembed_texts(
-                self.binding, self._prefixed(texts, query=False), self, progress=bar
-            )
+        with self._progress(texts, show_progress) as bar:
+            documents = self._prefixed(texts, query=False)
+            return await aembed_texts(self.binding, documents, self, progress=bar)
 
     async def aembed_query(self, text: str) -> list[float]:
         """Like ``embed_query``, awaiting the engine without blocking the event loop."""

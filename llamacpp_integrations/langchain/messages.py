@@ -30,6 +30,7 @@ from langchain_core.messages.ai import InputTokenDetails, OutputTokenDetails, Us
 from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk
 
+from ..client import openai_logprobs
 from ..engine import ImageInput, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..tools import InvalidToolCall, ToolCall, ToolCallDelta
@@ -39,7 +40,6 @@ __all__ = [
     "ImageReader",
     "has_image_blocks",
     "invalid_tool_calls",
-    "logprob_entry",
     "openai_tool_calls",
     "response_metadata",
     "to_engine_messages",
@@ -287,18 +287,5 @@ def response_metadata(
     if timings is not None:
         metadata["timings"] = asdict(timings)
     if logprobs is not None:
-        metadata["logprobs"] = {"content": [logprob_entry(entry) for entry in logprobs]}
+        metadata["logprobs"] = {"content": openai_logprobs(logprobs)}
     return metadata
-
-
-def logprob_entry(entry: TokenLogprob) -> dict[str, Any]:
-    """One token's log-probabilities in OpenAI's ``logprobs.content`` shape."""
-    return {
-        "token": entry.token,
-        "logprob": entry.logprob,
-        "bytes": list(entry.bytes),
-        "top_logprobs": [
-            {"token": top.token, "logprob": top.logprob, "bytes": list(top.bytes)}
-            for top in entry.top
-        ],
-    }

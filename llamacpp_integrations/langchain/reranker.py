@@ -53,6 +53,8 @@ class LlamaCppReranker(RerankSettings, EngineSettings, BaseDocumentCompressor):
         return self.engine
 
     def _ranked(self, documents: Sequence[Document], scores: list[float]) -> list[Document]:
+        """The ``top_n`` best ``documents`` by ``scores``, best first, each a copy with its
+        score in ``metadata["relevance_score"]``."""
         order = sorted(range(len(documents)), key=lambda i: scores[i], reverse=True)
         keep = order if self.top_n is None else order[: self.top_n]
         return [
@@ -72,16 +74,14 @@ class LlamaCppReranker(RerankSettings, EngineSettings, BaseDocumentCompressor):
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         """The ``top_n`` most relevant documents to ``query``, best first."""
-        if not documents:
-            return []
         texts = [d.page_content for d in documents]
-        return self._ranked(documents, rerank_texts(self.binding, query, texts, self))
+        scores = rerank_texts(self.binding, query, texts, self) if texts else []
+        return self._ranked(documents, scores)
 
     async def acompress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         """Like ``compress_documents``, awaiting the engine without blocking the event loop."""
-        if not documents:
-            return []
         texts = [d.page_content for d in documents]
-        return self._ranked(documents, await arerank_texts(self.binding, query, texts, self))
+        scores = await arerank_texts(self.binding, query, texts, self) if texts else []
+        return self._ranked(documents, scores)

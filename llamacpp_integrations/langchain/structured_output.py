@@ -4,14 +4,18 @@
 ``function_calling`` binds the schema as the one tool the model must call. An answer cut by
 ``max_tokens`` raises ``OutputTruncatedError`` (or, with ``include_raw``, is the
 ``parsing_error``) instead of being parsed as if it were whole.
+
+The model is any LangChain ``BaseChatModel`` whose calls take ``response_format`` and whose
+``bind_tools`` takes ``tool_choice`` and ``parallel_tool_calls`` (as ``ChatLlamaCpp``'s do), so
+this module does not import the chat model that uses it.
 """
 
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-from langchain_core.language_models import LanguageModelInput
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.openai_tools import (
     JsonOutputKeyToolsParser,
@@ -25,9 +29,6 @@ from pydantic import BaseModel
 
 from ..errors import OutputTruncatedError, SchemaNotSupportedError
 from ..tools import schema_to_gbnf
-
-if TYPE_CHECKING:
-    from .chat_model import ChatLlamaCpp
 
 __all__ = ["structured_output"]
 
@@ -68,7 +69,7 @@ class _PydanticToolsParser(_WholeAnswers, PydanticToolsParser):
 
 
 def structured_output(
-    llm: ChatLlamaCpp, schema: dict[str, Any] | type, method: str, *, include_raw: bool
+    llm: BaseChatModel, schema: dict[str, Any] | type, method: str, *, include_raw: bool
 ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
     """``llm`` bound to answer in ``schema`` by ``method``, then the answer parsed."""
     is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
-from ..client import EngineSettings, engine_settings_of
+from ..client import EngineSettings, engine_settings_of, model_display_name
 from ..client.embedding import EmbeddingSettings, aembed_texts, embed_texts, model_prefixes
 from ..engine import InferenceEngine
 
@@ -67,16 +66,17 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
     def __init__(self, *, engine: InferenceEngine | None = None, **data: Any) -> None:
         """Build the embedder; ``engine`` serves it instead of the shared engine for ``model``.
 
-        ``model_name``, unless given, is the GGUF's name (its file name when it has none) once
-        the engine is known, and the ``model`` spec's last part before.
+        ``model_name``, unless given, is the model's name (``client.model_display_name``: its
+        file name without ``.gguf``) once the engine is known, and the ``model`` spec's last
+        part, by the same rule, before.
         """
         super().__init__(**data)
         self._given_engine = engine
         if "model_name" not in self.model_fields_set:
             if engine is not None:
-                self.model_name = _name_of(engine)
+                self.model_name = model_display_name(engine.info.path)
             elif self.model is not None:
-                self.model_name = Path(self.model).name
+                self.model_name = model_display_name(self.model)
 
     @classmethod
     def class_name(cls) -> str:
@@ -95,7 +95,7 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
 
     def _named(self, engine: InferenceEngine) -> InferenceEngine:
         if "model_name" not in self.model_fields_set:
-            self.model_name = _name_of(engine)
+            self.model_name = model_display_name(engine.info.path)
         return engine
 
     def _instruction(self, *, query: bool) -> str:
@@ -141,7 +141,3 @@ class LlamaCppEmbedding(BaseEmbedding, EmbeddingSettings, EngineSettings):
     async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         self._named(await self.binding.aget())
         return await self._aembed(self._texts(texts))
-
-
-def _name_of(engine: InferenceEngine) -> str:
-    return engine.info.name or Path(engine.info.path).name

@@ -8,9 +8,9 @@ merging call options, planning tool and structured calls and running them live i
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from contextlib import aclosing, closing
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from llama_index.core.base.llms.types import (
@@ -34,17 +34,19 @@ from ..client import (
     CallSettings,
     CallSite,
     EngineSettings,
+    MessagesOf,
     PreparedCall,
     SamplingSettings,
     engine_settings_of,
+    model_display_name,
 )
 from ..engine import InferenceEngine
 from .messages import to_engine_messages, tools_to_openai
 from .responses import chat_response, completion_response, tool_selections
-from .streaming import ChatStream, CompletionStream, aclosed, closed
+from .streaming import ChatStream, CompletionStream
 from .structured_predict import GrammarStructuredPredict
 from .tool_calls import chat_with_tools_kwargs, first_call_only
-from .window import ModelTokenizer, WindowReader
+from .window import ModelTokenizer, WindowReader, context_window
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
@@ -98,9 +100,11 @@ class LlamaCpp(
     Keyword arguments of ``chat`` / ``complete`` (and of ``llm_kwargs``) override the fields of
     the same names for one call: the sampling fields, ``max_tokens``, ``stop``, ``timeout``,
     ``logprobs``, ``top_logprobs``, ``chat_template``, and ``model`` (another model for this
-    call). ``chat`` also takes ``tools`` (OpenAI-style dicts or LlamaIndex tools),
-    ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` / ``"any"`` / ``True``, a tool name,
-    or ``{"type": "function", "function": {"name": ...}}``),
+    call). A keyword left out keeps the field; ``None`` means "none": ``complete(prompt,
+    max_tokens=None)`` runs to the end of the sequence's context, not to the field's 256
+    tokens (see ``client.UNSET``). ``chat`` also takes ``tools`` (OpenAI-style dicts or
+    LlamaIndex tools), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` / ``"any"`` /
+    ``True``, a tool name, or ``{"type": "function", "function": {"name": ...}}``),
     ``parallel_tool_calls`` and ``response_format`` (a pydantic class, ``{"type":
     "json_object"}`` or an OpenAI ``json_schema`` format). Unknown keyword arguments raise
     ``UnknownOptionError`` (an ``InvalidRequestError``).
@@ -124,7 +128,8 @@ class LlamaCpp(
         default=DEFAULT_NUM_OUTPUTS,
         ge=1,
         description="Most tokens generated per call (None: until the model stops or the "
-        "sequence's context is full). Reported as metadata.num_output.",
+        "sequence's context is full; a call's max_tokens=None lifts it for that call). "
+        "Reported as metadata.num_output.",
     )
     stop: list[str] | None = Field(default=None, description="Strings that end generation.")
     max_retries: int = Field(
@@ -185,10 +190,10 @@ class LlamaCpp(
         the GGUF header and the engine settings (see ``WindowReader``).
         """
         if self._window is None:
-            self._window = WindowReader(self.binding, self._engine_settings())
+            self._window = WindowReader(self.binding)
         window = self._window()
         return LLMMetadata(
-            context_window=window.context_window,
+            context_window=context_window(window),
             num_output=self.max_tokens or DEFAULT_NUM_OUTPUTS,
             is_chat_model=True,
             is_function_calling_model=True,
@@ -210,42 +215,46 @@ class LlamaCpp(
         # LlamaIndex spells the reasoning switch ``thinking`` (as its Ollama LLM does).
         return replace(site, defaults={**site.defaults, "reasoning": self.thinking})
 
+    @staticmethod
+    def _chat_args(
+        kwargs: dict[str, Any], messages: Sequence[ChatMessage]
+    ) -> tuple[dict[str, Any], MessagesOf]:
+        """A chat call's keywords (``thinking`` renamed, LlamaIndex tools as OpenAI dicts) and
+        its messages' translation."""
+        return _with_openai_tools(_thinking_renamed(kwargs)), partial(to_engine_messages, messages)
+
     def _chat(self, kwargs: dict[str, Any], messages: Sequence[ChatMessage]) -> PreparedCall:
-        return self._site().prepare(
-            _with_openai_tools(_thinking_renamed(kwargs)), partial(to_engine_messages, messages)
-        )
+        return self._site().prepare(*self._chat_args(kwargs, messages))
 
     async def _achat(self, kwargs: dict[str, Any], messages: Sequence[ChatMessage]) -> PreparedCall:
-        translate = partial(to_engine_messages, messages)
-        return await self._site().aprepare(_with_openai_tools(_thinking_renamed(kwargs)), translate)
+        return await self._site().aprepare(*self._chat_args(kwargs, messages))
+
+    def _completion_args(
+        self, kwargs: dict[str, Any], prompt: str, formatted: bool
+    ) -> tuple[dict[str, Any], MessagesOf | None, str | None]:
+        """A completion call's keywords and its prompt: one user message of a chat (its
+        translation), or raw text when ``raw_completion`` is set."""
+        kwargs = _thinking_renamed(kwargs)
+        if self.raw_completion:
+            if not formatted and self.completion_to_prompt is not None:
+                prompt = self.completion_to_prompt(prompt)
+            return kwargs, None, prompt
+        user = [ChatMessage(role=MessageRole.USER, content=prompt)]
+        return kwargs, partial(to_engine_messages, user), None
 
     def _completion(self, kwargs: dict[str, Any], prompt: str, formatted: bool) -> PreparedCall:
-        kwargs = _thinking_renamed(kwargs)
-        if not self.raw_completion:
-            user = [ChatMessage(role=MessageRole.USER, content=prompt)]
-            return self._site().prepare(kwargs, partial(to_engine_messages, user), chat=False)
-        return self._site().prepare(kwargs, prompt=self._raw_prompt(prompt, formatted), chat=False)
+        keywords, messages_of, raw = self._completion_args(kwargs, prompt, formatted)
+        return self._site().prepare(keywords, messages_of, prompt=raw, chat=False)
 
     async def _acompletion(
         self, kwargs: dict[str, Any], prompt: str, formatted: bool
     ) -> PreparedCall:
-        kwargs = _thinking_renamed(kwargs)
-        if not self.raw_completion:
-            user = [ChatMessage(role=MessageRole.USER, content=prompt)]
-            translate = partial(to_engine_messages, user)
-            return await self._site().aprepare(kwargs, translate, chat=False)
-        raw = self._raw_prompt(prompt, formatted)
-        return await self._site().aprepare(kwargs, prompt=raw, chat=False)
-
-    def _raw_prompt(self, prompt: str, formatted: bool) -> str:
-        if not formatted and self.completion_to_prompt is not None:
-            return self.completion_to_prompt(prompt)
-        return prompt
+        keywords, messages_of, raw = self._completion_args(kwargs, prompt, formatted)
+        return await self._site().aprepare(keywords, messages_of, prompt=raw, chat=False)
 
     @staticmethod
     def _name(call: PreparedCall) -> str:
-        info = call.engine.info
-        return info.name or Path(info.path).name
+        return model_display_name(call.engine.info.path)
 
     # ---- chat -----------------------------------------------------------------------------
 
@@ -392,7 +401,7 @@ _R = TypeVar("_R")
 def _responses(
     pieces: Generator[Any, None, None], read: Callable[[Any], _R | None]
 ) -> Generator[_R, None, None]:
-    with closed(pieces):
+    with closing(pieces):
         for piece in pieces:
             if (response := read(piece)) is not None:
                 yield response
@@ -401,7 +410,7 @@ def _responses(
 async def _aresponses(
     pieces: AsyncGenerator[Any, None], read: Callable[[Any], _R | None]
 ) -> AsyncGenerator[_R, None]:
-    async with aclosed(pieces):
+    async with aclosing(pieces):
         async for piece in pieces:
             if (response := read(piece)) is not None:
                 yield response

@@ -13,8 +13,9 @@
   has no projector, before anything is read); any other block raises
   ``UnsupportedContentError`` naming it;
 * tool calls of an assistant message come from its ``ToolCallBlock`` s or, when it has none,
-  from ``additional_kwargs["tool_calls"]`` (OpenAI dicts or objects); a tool result is a
-  ``tool`` message whose ``additional_kwargs["tool_call_id"]`` names the call it answers.
+  from ``additional_kwargs["tool_calls"]`` (OpenAI dicts or objects), read by
+  ``tools.read_tool_calls`` (a malformed call raises ``InvalidRequestError``); a tool result is
+  a ``tool`` message whose ``additional_kwargs["tool_call_id"]`` names the call it answers.
 
 The way back (engine answers to LlamaIndex responses) is ``responses.py``.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable, Mapping, Sequence
 from io import IOBase
 from pathlib import Path
@@ -43,13 +43,13 @@ from llama_index.core.tools.types import BaseTool
 from ..engine import ChatMessage, ImageInput
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..multimodal import ImageSource
+from ..tools import read_tool_calls
 
 __all__ = [
     "ImageReader",
     "has_image_blocks",
     "to_engine_message",
     "to_engine_messages",
-    "tool_call_mapping",
     "tools_to_openai",
 ]
 
@@ -139,65 +139,25 @@ def _joined(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return merged
 
 
-def _arguments_object(value: Any) -> Any:
-    """Call arguments as an object when they are (or hold) JSON, else as given."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value) if value.strip() else {}
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def tool_call_mapping(call: object) -> Mapping[str, Any]:
-    """An OpenAI-style tool call given as a dict or an SDK object, as a mapping."""
-    if isinstance(call, Mapping):
-        return call
-    dump = getattr(call, "model_dump", None)  # OpenAI SDK objects and other pydantic models
-    if callable(dump):
-        dumped = dump()
-        if isinstance(dumped, Mapping):
-            return dumped
-    raise InvalidRequestError(
-        f"additional_kwargs['tool_calls'] holds a {type(call).__name__}, not a tool call"
-    )
-
-
-def _calls_from_kwargs(calls: object) -> list[dict[str, Any]]:
-    if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
-        raise InvalidRequestError("additional_kwargs['tool_calls'] must be a list of tool calls")
-    out: list[dict[str, Any]] = []
-    for i, raw in enumerate(calls):
-        call = tool_call_mapping(raw)
-        function = call.get("function", call)
-        name = function.get("name") if isinstance(function, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise InvalidRequestError(f"additional_kwargs['tool_calls'][{i}] has no name")
-        arguments = function.get("arguments", function.get("args", {}))
-        entry: dict[str, Any] = {
-            "type": "function",
-            "function": {"name": name, "arguments": _arguments_object(arguments)},
-        }
-        if call.get("id"):
-            entry["id"] = str(call["id"])
-        out.append(entry)
-    return out
-
-
-def _calls_from_blocks(blocks: Sequence[ToolCallBlock]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for block in blocks:
-        entry: dict[str, Any] = {
-            "type": "function",
-            "function": {
-                "name": block.tool_name,
-                "arguments": _arguments_object(block.tool_kwargs),
-            },
-        }
-        if block.tool_call_id:
-            entry["id"] = block.tool_call_id
-        out.append(entry)
-    return out
+def _history_calls(
+    blocks: Sequence[ToolCallBlock], kwargs: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """An assistant message's calls as templates read them: its ``ToolCallBlock`` s, else its
+    ``additional_kwargs["tool_calls"]``, both read by ``read_tool_calls``."""
+    if blocks:
+        given: list[dict[str, Any]] = [
+            {
+                "id": block.tool_call_id,
+                "function": {"name": block.tool_name, "arguments": block.tool_kwargs},
+            }
+            for block in blocks
+        ]
+        calls = read_tool_calls(given, where="ToolCallBlocks")
+    elif kwargs.get("tool_calls"):
+        calls = read_tool_calls(kwargs["tool_calls"], where="additional_kwargs['tool_calls']")
+    else:
+        return []
+    return [call.to_template() for call in calls]
 
 
 def to_engine_message(message: LIChatMessage, read_image: ImageReader | None = None) -> ChatMessage:
@@ -230,9 +190,7 @@ def to_engine_message(message: LIChatMessage, read_image: ImageReader | None = N
     content = _joined(parts)
     kwargs = message.additional_kwargs
     if role == "assistant":
-        calls = _calls_from_blocks(call_blocks)
-        if not calls and kwargs.get("tool_calls"):
-            calls = _calls_from_kwargs(kwargs["tool_calls"])
+        calls = _history_calls(call_blocks, kwargs)
         reasoning = "".join(thoughts) or None
         return ChatMessage(
             role=role, content=content, tool_calls=calls or None, reasoning=reasoning

@@ -64,12 +64,20 @@ class LlamaCppRerank(BaseNodePostprocessor, RerankSettings, EngineSettings):
     def _engine_settings(self) -> dict[str, Any]:
         return engine_settings_of(self, self.engine_kwargs)
 
-    def _texts(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[str]:
+    def _query_and_texts(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None
+    ) -> tuple[str, list[str]]:
+        """What to score: the query and the nodes' texts (none for no nodes, which need no
+        query)."""
+        if not nodes:
+            return "", []
         if query_bundle is None:
             raise InvalidRequestError("reranking needs a query: pass query_str or query_bundle")
-        return [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        return query_bundle.query_str, texts
 
     def _ranked(self, nodes: list[NodeWithScore], scores: list[float]) -> list[NodeWithScore]:
+        """The ``top_n`` best ``nodes`` by ``scores``, best first, scored by the reranker."""
         order = sorted(range(len(nodes)), key=lambda i: scores[i], reverse=True)
         keep = order if self.top_n is None else order[: self.top_n]
         return [NodeWithScore(node=nodes[i].node, score=scores[i]) for i in keep]
@@ -77,18 +85,13 @@ class LlamaCppRerank(BaseNodePostprocessor, RerankSettings, EngineSettings):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        if not nodes:
-            return []
-        texts = self._texts(nodes, query_bundle)
-        assert query_bundle is not None
-        return self._ranked(nodes, rerank_texts(self.binding, query_bundle.query_str, texts, self))
+        query, texts = self._query_and_texts(nodes, query_bundle)
+        scores = rerank_texts(self.binding, query, texts, self) if texts else []
+        return self._ranked(nodes, scores)
 
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        if not nodes:
-            return []
-        texts = self._texts(nodes, query_bundle)
-        assert query_bundle is not None
-        scores = await arerank_texts(self.binding, query_bundle.query_str, texts, self)
+        query, texts = self._query_and_texts(nodes, query_bundle)
+        scores = await arerank_texts(self.binding, query, texts, self) if texts else []
         return self._ranked(nodes, scores)

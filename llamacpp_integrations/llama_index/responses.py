@@ -11,7 +11,7 @@ likely tokens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -29,8 +29,13 @@ from llama_index.core.llms.llm import ToolSelection
 
 from ..client import CallResult
 from ..engine import Completion, Timings, TokenLogprob, Usage
-from ..tools import InvalidToolCall, ToolCall, openai_tool_call, parse_partial_json
-from .messages import tool_call_mapping
+from ..tools import (
+    InvalidToolCall,
+    ToolCall,
+    openai_tool_call,
+    parse_partial_json,
+    read_tool_calls,
+)
 
 __all__ = [
     "PartialToolCall",
@@ -167,25 +172,22 @@ def _selection(call_id: str | None, name: str, arguments: Any, index: int) -> To
 
 
 def tool_selections(message: ChatMessage) -> list[ToolSelection]:
-    """The calls of an assistant message: its ``ToolCallBlock`` s, else the OpenAI-style
-    ``additional_kwargs["tool_calls"]``; argument strings (streamed ones may be cut short) are
-    parsed leniently."""
+    """The calls of an assistant message: its ``ToolCallBlock`` s (argument strings, which
+    streamed ones may have cut short, parsed leniently), else the OpenAI-style
+    ``additional_kwargs["tool_calls"]`` read by ``tools.read_tool_calls``.
+
+    Raises:
+        InvalidRequestError: a call in ``additional_kwargs["tool_calls"]`` is malformed.
+    """
     blocks = [block for block in message.blocks if isinstance(block, ToolCallBlock)]
     if blocks:
         return [
             _selection(block.tool_call_id, block.tool_name, block.tool_kwargs, i)
             for i, block in enumerate(blocks)
         ]
-    calls = message.additional_kwargs.get("tool_calls") or []
-    selections = []
-    for i, raw in enumerate(calls if isinstance(calls, Sequence) else ()):
-        call = tool_call_mapping(raw)
-        function = call.get("function", call)
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            continue
-        arguments = function.get("arguments", function.get("args", {}))
-        selections.append(_selection(call.get("id"), function["name"], arguments, i))
-    return selections
+    given = message.additional_kwargs.get("tool_calls") or []
+    calls = read_tool_calls(given, where="additional_kwargs['tool_calls']")
+    return [_selection(call.id, call.name, call.arguments, i) for i, call in enumerate(calls)]
 
 
 def guard_report(invalid: Sequence[InvalidToolCall], repeats_prevented: int) -> dict[str, Any]:

@@ -1,11 +1,10 @@
-"""Streams of ``LlamaCpp``: answer pieces folded into cumulative LlamaIndex responses, partial
-structured objects with their instrumentation events, and closing a stream's generator (which
-cancels its request) however its user stops."""
+"""Streams of ``LlamaCpp``: answer pieces folded into cumulative LlamaIndex responses, and
+partial structured objects with their instrumentation events. (A stream's generator is closed,
+which cancels its request, by ``contextlib.closing`` / ``aclosing`` however its user stops.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import llama_index.core.instrumentation as instrument
@@ -27,31 +26,9 @@ from .responses import (
     usage_kwargs,
 )
 
-__all__ = ["ChatStream", "CompletionStream", "StructuredPrediction", "aclosed", "closed"]
+__all__ = ["ChatStream", "CompletionStream", "StructuredPrediction"]
 
 dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]  # re-exported
-
-
-@contextmanager
-def closed(iterator: object) -> Iterator[None]:
-    """Close a generator when the code using it ends, early or not (cancels its request)."""
-    try:
-        yield
-    finally:
-        close = getattr(iterator, "close", None)
-        if callable(close):
-            close()
-
-
-@asynccontextmanager
-async def aclosed(iterator: object) -> AsyncIterator[None]:
-    """Async :func:`closed`."""
-    try:
-        yield
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if callable(aclose):
-            await aclose()
 
 
 def _is_news(piece: ToolStreamChunk) -> bool:
@@ -157,22 +134,22 @@ class StructuredPrediction:
     def start(self) -> None:
         dispatcher.event(self._start)
 
-    def update(self, response: ChatResponse) -> BaseModel | None:
-        """The object after ``response`` if it changed."""
+    def updates(self, response: ChatResponse) -> Iterator[BaseModel]:
+        """The object after ``response``, if it changed (nothing otherwise)."""
         self._text = response.message.content or ""
         try:
             value = parse_partial_json(self._text)
         except ValueError:
-            return None
+            return
         if not isinstance(value, dict) or value == self._last:
-            return None
+            return
         self._last = value
         try:
             self.latest = self._cls.model_validate(value)
         except ValidationError:
             self.latest = self._flexible.model_validate(value)
         dispatcher.event(LLMStructuredPredictInProgressEvent(output=self.latest))
-        return self.latest
+        yield self.latest
 
     def whole(self, response: ChatResponse) -> BaseModel:
         """The object of a whole answer."""
@@ -180,10 +157,13 @@ class StructuredPrediction:
         self.end()
         return self._output
 
-    def final(self) -> BaseModel | None:
-        """The complete object, if the last update did not already report it."""
+    def finished(self) -> Iterator[BaseModel]:
+        """At the end of a stream: the complete object, if the last update did not already
+        report it; then the end event, once it was taken."""
         self._output = self._cls.model_validate_json(self._text)
-        return None if self.latest == self._output else self._output
+        if self.latest != self._output:
+            yield self._output
+        self.end()
 
     def end(self) -> None:
         dispatcher.event(LLMStructuredPredictEndEvent(output=self._output))

@@ -49,6 +49,17 @@ class GrammarStructuredPredict:
             self, prompt: BasePromptTemplate, **prompt_args: Any
         ) -> list[ChatMessage]: ...
 
+    def _structured_chat(
+        self,
+        output_cls: type[Model],
+        prompt: BasePromptTemplate,
+        llm_kwargs: dict[str, Any] | None,
+        prompt_args: dict[str, Any],
+    ) -> tuple[list[ChatMessage], dict[str, Any]]:
+        """The messages and keywords of the ``chat`` that answers in ``output_cls``."""
+        messages = self._get_messages(prompt, **prompt_args)
+        return messages, {"response_format": output_cls, **(llm_kwargs or {})}
+
     def structured_predict(
         self,
         output_cls: type[Model],
@@ -65,9 +76,8 @@ class GrammarStructuredPredict:
         """
         prediction = StructuredPrediction(output_cls, prompt, prompt_args)
         prediction.start()
-        messages = self._get_messages(prompt, **prompt_args)
-        response = self.chat(messages, response_format=output_cls, **(llm_kwargs or {}))
-        return cast(Model, prediction.whole(response))
+        messages, kwargs = self._structured_chat(output_cls, prompt, llm_kwargs, prompt_args)
+        return cast(Model, prediction.whole(self.chat(messages, **kwargs)))
 
     async def astructured_predict(
         self,
@@ -79,9 +89,8 @@ class GrammarStructuredPredict:
         """Async :meth:`structured_predict`."""
         prediction = StructuredPrediction(output_cls, prompt, prompt_args)
         prediction.start()
-        messages = self._get_messages(prompt, **prompt_args)
-        response = await self.achat(messages, response_format=output_cls, **(llm_kwargs or {}))
-        return cast(Model, prediction.whole(response))
+        messages, kwargs = self._structured_chat(output_cls, prompt, llm_kwargs, prompt_args)
+        return cast(Model, prediction.whole(await self.achat(messages, **kwargs)))
 
     def stream_structured_predict(
         self,
@@ -93,20 +102,16 @@ class GrammarStructuredPredict:
         """Partial objects as the constrained JSON streams: ``output_cls`` instances once what
         came validates, ``FlexibleModel`` s with the fields so far before; the last one is the
         complete ``output_cls`` instance."""
-        structured = StructuredPrediction(output_cls, prompt, prompt_args)
-        messages = self._get_messages(prompt, **prompt_args)
-        kwargs = {"response_format": output_cls, **(llm_kwargs or {})}
+        prediction = StructuredPrediction(output_cls, prompt, prompt_args)
+        messages, kwargs = self._structured_chat(output_cls, prompt, llm_kwargs, prompt_args)
 
-        def gen() -> Generator[Model | FlexibleModel, None, None]:
-            structured.start()
+        def objects() -> Generator[Any, None, None]:
+            prediction.start()
             for response in self.stream_chat(messages, **kwargs):
-                if (obj := structured.update(response)) is not None:
-                    yield cast("Model | FlexibleModel", obj)
-            if (final := structured.final()) is not None:
-                yield cast(Model, final)
-            structured.end()
+                yield from prediction.updates(response)
+            yield from prediction.finished()
 
-        return gen()
+        return objects()
 
     async def astream_structured_predict(
         self,
@@ -116,17 +121,15 @@ class GrammarStructuredPredict:
         **prompt_args: Any,
     ) -> AsyncGenerator[Model | FlexibleModel, None]:
         """Async :meth:`stream_structured_predict`."""
-        structured = StructuredPrediction(output_cls, prompt, prompt_args)
-        messages = self._get_messages(prompt, **prompt_args)
-        kwargs = {"response_format": output_cls, **(llm_kwargs or {})}
+        prediction = StructuredPrediction(output_cls, prompt, prompt_args)
+        messages, kwargs = self._structured_chat(output_cls, prompt, llm_kwargs, prompt_args)
 
-        async def gen() -> AsyncGenerator[Model | FlexibleModel, None]:
-            structured.start()
+        async def objects() -> AsyncGenerator[Any, None]:
+            prediction.start()
             async for response in await self.astream_chat(messages, **kwargs):
-                if (obj := structured.update(response)) is not None:
-                    yield cast("Model | FlexibleModel", obj)
-            if (final := structured.final()) is not None:
-                yield cast(Model, final)
-            structured.end()
+                for update in prediction.updates(response):
+                    yield update
+            for final in prediction.finished():
+                yield final
 
-        return gen()
+        return objects()

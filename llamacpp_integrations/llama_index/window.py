@@ -4,23 +4,17 @@ LlamaIndex counts tokens with one global tokenizer (``Settings.tokenizer``, tikt
 set) and packs retrieved text to ``LLMMetadata.context_window``. Counted with another model's
 tokenizer, text can be more tokens than LlamaIndex thinks (digits, code, other languages), and
 a packed prompt then overflows the engine's sequence. ``ModelTokenizer`` counts with the
-model's tokenizer; ``WindowReader`` reads the window without loading the model when it can.
+model's tokenizer; ``WindowReader`` reads the window without loading the model when it can
+(the estimate itself is ``client.estimated_window``, which LangChain's profile uses too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-from ..client import EngineBinding
-from ..engine import EngineConfig, ModelInfo
-from ..engine.sizing import estimated_context
+from ..client import EngineBinding, ModelWindow
 from ..errors import ModelLoadError
 from ..models import load_model_info
 
-__all__ = ["FRAMING_RESERVE", "ModelTokenizer", "ModelWindow", "WindowReader"]
+__all__ = ["FRAMING_RESERVE", "ModelTokenizer", "WindowReader", "context_window"]
 
 FRAMING_RESERVE = 32
 """Tokens of a sequence left out of ``metadata.context_window`` for the chat template's framing.
@@ -53,38 +47,23 @@ class ModelTokenizer:
         return f"ModelTokenizer(model={self._binding.model!r})"
 
 
-@dataclass(frozen=True)
-class ModelWindow:
-    """How many tokens one request gets (prompt plus answer), and the model's name."""
-
-    n_ctx_per_seq: int
-    name: str
-
-    @property
-    def context_window(self) -> int:
-        """What LlamaIndex may fill: the sequence less ``FRAMING_RESERVE``."""
-        return max(self.n_ctx_per_seq - FRAMING_RESERVE, 1)
-
-    @classmethod
-    def of(cls, info: ModelInfo) -> ModelWindow:
-        """The window a loaded engine reports."""
-        return cls(info.n_ctx_per_seq, info.name or Path(info.path).name)
+def context_window(window: ModelWindow) -> int:
+    """What LlamaIndex may fill of a window: the sequence less ``FRAMING_RESERVE``."""
+    return max(window.n_ctx_per_seq - FRAMING_RESERVE, 1)
 
 
 class WindowReader:
     """Reads the window of the engine one binding serves, loading nothing when it can.
 
     A loaded engine reports its own. Before that, the GGUF header and the settings give the
-    context the engine would choose now (``engine.sizing.estimated_context``: the training
-    context, fitted to the free memory); that answer is kept, since LlamaIndex reads
-    ``metadata`` often and a header read takes tens of milliseconds. Only a model not on disk
-    yet (an ``hf://`` file not in the cache) is loaded, downloading it, as its header is not
-    there to read.
+    context the engine would choose now (``client.estimated_window``); that answer is kept, since
+    LlamaIndex reads ``metadata`` often and a header read takes tens of milliseconds. Only a
+    model not on disk yet (an ``hf://`` file not in the cache) is loaded, downloading it, as
+    its header is not there to read.
     """
 
-    def __init__(self, binding: EngineBinding, settings: Mapping[str, Any]) -> None:
+    def __init__(self, binding: EngineBinding) -> None:
         self._binding = binding
-        self._settings = dict(settings)
         self._from_header: ModelWindow | None = None
 
     def __call__(self) -> ModelWindow:
@@ -97,7 +76,5 @@ class WindowReader:
                 header = load_model_info(self._binding.model, download=False)
             except ModelLoadError:
                 return ModelWindow.of(self._binding.get().info)
-            config = EngineConfig(**self._settings)
-            context = estimated_context(config, header).n_ctx_per_seq
-            self._from_header = ModelWindow(context, header.name or header.path.name)
+            self._from_header = self._binding.window(header)
         return self._from_header

@@ -29,6 +29,7 @@ import binascii
 import os
 import re
 from collections.abc import Callable
+from functools import partial
 from urllib.parse import unquote_to_bytes
 
 from PIL import Image
@@ -52,10 +53,7 @@ _MIN_BARE_BASE64 = 16  # shorter strings are never taken for image data
 
 
 def load_image(
-    source: ImageSource,
-    policy: ImagePolicy = DEFAULT_IMAGE_POLICY,
-    *,
-    max_side: int | None = None,
+    source: ImageSource, policy: ImagePolicy = DEFAULT_IMAGE_POLICY, *, max_side: int | None = None
 ) -> LoadedImage:
     """Read, check and decode one image input.
 
@@ -70,37 +68,42 @@ def load_image(
         ImageLoadError: the input is refused or unreadable; ``reason`` says why.
         InvalidRequestError: ``max_side`` is not a positive int.
     """
+    return _reader(source, policy, max_side)()
+
+
+async def aload_image(
+    source: ImageSource, policy: ImagePolicy = DEFAULT_IMAGE_POLICY, *, max_side: int | None = None
+) -> LoadedImage:
+    """``load_image`` with its reading and decoding in a worker thread, so neither the network
+    nor decoding blocks the loop (a cancelled caller stops waiting at once)."""
+    return await asyncio.to_thread(_reader(source, policy, max_side))
+
+
+def _reader(
+    source: ImageSource, policy: ImagePolicy, max_side: int | None
+) -> Callable[[], LoadedImage]:
+    """How ``source`` is read, decided without reading it: the step that reads, checks and
+    decodes it. A bad ``max_side`` or a source of no known kind is refused here, before any
+    work (and, for ``aload_image``, before a thread is taken); the worker of a fetch still ends
+    within the policy's timeout."""
     check_max_side(max_side)
     if isinstance(source, Image.Image):
-        return from_pil(source, policy, max_side=max_side)
+        return partial(from_pil, source, policy, max_side=max_side)
     if isinstance(source, bytes | bytearray | memoryview):
-        return decode_bytes(bytes(source), policy, max_side=max_side, what="the image data")
+        data = bytes(source)
+        return partial(decode_bytes, data, policy, max_side=max_side, what="the image data")
     if isinstance(source, os.PathLike):
         path = os.fspath(source)
         if not isinstance(path, str):
             raise ImageLoadError("a path must be a str path, not bytes", reason="bad-source")
-        return _from_path(path, policy, max_side)
+        return partial(_from_path, path, policy, max_side)
     if isinstance(source, str):
-        return _from_string(source, policy, max_side)
+        return partial(_from_string, source, policy, max_side)
     raise ImageLoadError(
         "an image source is bytes, a str (URL, data URI, base64 or path), an os.PathLike or a "
         f"PIL image, not {type(source).__name__}",
         reason="bad-source",
     )
-
-
-async def aload_image(
-    source: ImageSource,
-    policy: ImagePolicy = DEFAULT_IMAGE_POLICY,
-    *,
-    max_side: int | None = None,
-) -> LoadedImage:
-    """``load_image`` in a worker thread, so neither the network nor decoding blocks the loop.
-
-    A cancelled caller stops waiting at once; the worker itself still ends within the policy's
-    timeout (for a fetch) or when decoding is done.
-    """
-    return await asyncio.to_thread(load_image, source, policy, max_side=max_side)
 
 
 def image_reader_for(

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
+from ..client import model_display_name
 from ..engine import InferenceEngine
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
 from .routes import Endpoints, ServerSettings
@@ -29,8 +29,9 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def default_model_name(engine: InferenceEngine) -> str:
-    """The id the model is listed under: its file name without ``.gguf``."""
-    return Path(engine.info.path).name.removesuffix(".gguf")
+    """The id the model is listed under: its name by the package's one rule
+    (``client.model_display_name``: the file name without ``.gguf``)."""
+    return model_display_name(engine.info.path)
 
 
 def create_app(

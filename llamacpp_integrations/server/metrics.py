@@ -3,6 +3,12 @@
 Counters and histograms are updated on the event loop only (every handler runs there), so
 they need no lock. Queue depth and running sequences are read from the engine when it
 publishes stats (the local engine does; any engine with a ``stats()`` method will).
+
+Latencies have one definition, the engine's (``Timings``), whether the answer was sent whole or
+streamed: time to first token is ``Timings.time_to_first_token_s`` (from the engine taking the
+request to its first token, queueing and prompt reading included), and the gap between tokens
+is the answer's generation time over its gaps. ``ServerMetrics.answered`` records both when an
+answer ends.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ..engine import EngineStats
+from ..engine import EngineStats, Timings, Usage
 
 __all__ = ["Histogram", "ServerMetrics", "StatsSource"]
 
@@ -71,8 +77,20 @@ class ServerMetrics:
         self.requests[(endpoint, outcome)] += 1
 
     def tokens(self, prompt: int, completion: int) -> None:
+        """Count tokens read and generated."""
         self.prompt_tokens += prompt
         self.completion_tokens += completion
+
+    def answered(self, usage: Usage | None, timings: Timings | None) -> None:
+        """One finished answer (whole or the last piece of a stream): its tokens, its time to
+        first token and the mean gap between its tokens, as the engine measured them."""
+        if usage is not None:
+            self.tokens(usage.prompt_tokens, usage.completion_tokens)
+        if timings is None or timings.time_to_first_token_s is None:
+            return
+        self.ttft.observe(timings.time_to_first_token_s)
+        if usage is not None and usage.completion_tokens > 1:
+            self.inter_token.observe(timings.generation_s / (usage.completion_tokens - 1))
 
     def render(self, stats: EngineStats | None) -> str:
         """The text exposition of every metric (engine gauges only when ``stats`` is given)."""
@@ -108,10 +126,11 @@ class ServerMetrics:
                 f"llamacpp_decode_steps_total {stats.steps}",
             ]
         lines += [
-            "# HELP llamacpp_time_to_first_token_seconds Request arrival to its first token.",
+            "# HELP llamacpp_time_to_first_token_seconds Engine submission to the first token "
+            "(queueing and prompt reading included).",
             "# TYPE llamacpp_time_to_first_token_seconds histogram",
             *self.ttft.lines("llamacpp_time_to_first_token_seconds"),
-            "# HELP llamacpp_inter_token_seconds Time between tokens of one answer.",
+            "# HELP llamacpp_inter_token_seconds Mean time between the tokens of one answer.",
             "# TYPE llamacpp_inter_token_seconds histogram",
             *self.inter_token.lines("llamacpp_inter_token_seconds"),
         ]

@@ -8,7 +8,6 @@ LlamaIndex. Images in ``image_url`` parts are read under the server's ``ImagePol
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
@@ -16,13 +15,13 @@ from typing import Any
 from ..client import CallOptions
 from ..engine import CompletionRequest, ImageInput, SamplingParams
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
+from ..tools import read_tool_calls
 from .errors import ApiError
 from .schemas import ChatCompletionBody, CompletionBody, SamplingFields
 
 __all__ = ["chat_options", "completion_options", "completion_request", "messages_reader"]
 
 _SAMPLING = tuple(f.name for f in fields(SamplingParams))
-_DEFAULTS: dict[str, Any] = {name: getattr(SamplingParams(), name) for name in _SAMPLING}
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _ROLES |= {"tool": "tool", "function": "tool"}
 
@@ -31,6 +30,13 @@ ImageReader = Callable[[Any], ImageInput]
 
 def _bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, "invalid_request_error", "invalid_request", param)
+
+
+def _given(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords a body gave: a field left out of the body is ``None`` here, and a call
+    reads ``None`` as "none" (``max_tokens=None``: no limit), so it is not passed at all and
+    the default applies."""
+    return {name: value for name, value in kwargs.items() if value is not None}
 
 
 def _common(body: SamplingFields, timeout: float | None) -> dict[str, Any]:
@@ -72,7 +78,7 @@ def chat_options(body: ChatCompletionBody, *, timeout: float | None) -> CallOpti
             kwargs["parallel_tool_calls"] = body.parallel_tool_calls
     elif body.tool_choice not in (None, "none", "auto"):
         raise _bad("tool_choice needs tools", "tool_choice")
-    return CallOptions.merge(_DEFAULTS, kwargs, owner="POST /v1/chat/completions")
+    return CallOptions.merge({}, _given(kwargs), owner="POST /v1/chat/completions")
 
 
 def completion_options(body: CompletionBody, *, timeout: float | None) -> CallOptions:
@@ -85,7 +91,7 @@ def completion_options(body: CompletionBody, *, timeout: float | None) -> CallOp
     kwargs |= {"max_tokens": body.max_tokens}
     if body.logprobs is not None:
         kwargs |= {"logprobs": True, "top_logprobs": body.logprobs}
-    return CallOptions.merge(_DEFAULTS, kwargs, owner="POST /v1/completions", chat=False)
+    return CallOptions.merge({}, _given(kwargs), owner="POST /v1/completions", chat=False)
 
 
 def completion_request(body: CompletionBody, options: CallOptions) -> CompletionRequest:
@@ -141,32 +147,14 @@ def _message(
         item["reasoning_content"] = reasoning
     calls = message.get("tool_calls")
     if role == "assistant" and calls:
-        item["tool_calls"] = [
-            _call(call, f"{param}.tool_calls[{i}]") for i, call in enumerate(calls)
-        ]
+        # Earlier answers' calls, arguments as objects (templates print them so).
+        given = read_tool_calls(calls, where=f"{param}.tool_calls")
+        item["tool_calls"] = [call.to_template() for call in given]
     if role == "tool":
         call_id = message.get("tool_call_id")
         if isinstance(call_id, str):
             item["tool_call_id"] = call_id
     return item
-
-
-def _call(call: object, param: str) -> dict[str, Any]:
-    """An earlier answer's call, its arguments parsed (templates print them as objects)."""
-    function = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(call, Mapping) or not isinstance(function, Mapping):
-        raise _bad(f"{param} must be {{'type': 'function', 'function': {{...}}}}", param)
-    arguments = function.get("arguments", "{}")
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except json.JSONDecodeError:
-            raise _bad(f"{param}.function.arguments is not JSON", param) from None
-    return {
-        "id": str(call.get("id") or param),
-        "type": "function",
-        "function": {"name": str(function.get("name", "")), "arguments": arguments},
-    }
 
 
 def _content(

@@ -2,7 +2,9 @@
 
 The shapes are OpenAI's (``chat.completion``, ``chat.completion.chunk``, ``text_completion``,
 ``list`` of ``embedding``); a reasoning model's thinking goes in ``reasoning_content`` beside
-``content``, as llama-server and DeepSeek's API put it.
+``content``, as llama-server and DeepSeek's API put it. ``ChatBodies`` and ``CompletionBodies``
+are every body of one answer of each endpoint, whole or streamed, so the route that sends them
+is one for both.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import base64
 import struct
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from ..client import CallResult
+from ..client import CallResult, openai_logprobs
 from ..engine import TokenLogprob, Usage
 from ..tools import ToolCallDelta, ToolStreamChunk
 
 __all__ = [
+    "AnswerBodies",
+    "ChatBodies",
+    "CompletionBodies",
     "ResponseIds",
     "chat_chunk",
     "chat_response",
@@ -25,7 +30,6 @@ __all__ = [
     "completion_response",
     "embedding_response",
     "finish_reason",
-    "logprob_content",
     "usage_body",
 ]
 
@@ -60,21 +64,6 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     }
 
 
-def logprob_content(entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
-    """Chat ``logprobs.content``: each token, its log-probability, bytes and top tokens."""
-    return [
-        {
-            "token": e.token,
-            "logprob": e.logprob,
-            "bytes": list(e.bytes),
-            "top_logprobs": [
-                {"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)} for t in e.top
-            ],
-        }
-        for e in entries
-    ]
-
-
 def _legacy_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
     """Legacy completions' ``logprobs``: parallel lists, top tokens as ``{token: logprob}``."""
     offsets = []
@@ -103,7 +92,7 @@ def chat_response(ids: ResponseIds, result: CallResult, logprobs: bool) -> dict[
     choice: dict[str, Any] = {
         "index": 0,
         "message": message,
-        "logprobs": ({"content": logprob_content(completion.logprobs or ())} if logprobs else None),
+        "logprobs": ({"content": openai_logprobs(completion.logprobs or ())} if logprobs else None),
         "finish_reason": finish_reason(result.finish_reason),
     }
     return ids.head("chat.completion") | {
@@ -138,7 +127,7 @@ def chat_chunk(
         if piece.tool_call_deltas:
             delta["tool_calls"] = [_delta_call(d) for d in piece.tool_call_deltas]
         if logprobs and piece.logprobs:
-            choice["logprobs"] = {"content": logprob_content(piece.logprobs)}
+            choice["logprobs"] = {"content": openai_logprobs(piece.logprobs)}
         if piece.finish_reason is not None:
             reason = "length" if piece.invalid_calls else piece.finish_reason
             reason = "tool_calls" if piece.tool_calls and reason == "stop" else reason
@@ -197,3 +186,63 @@ def embedding_response(
         "model": model,
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
+
+
+class AnswerBodies:
+    """Every body of one generation's answer: whole, or streamed (a first chunk, one chunk a
+    piece, the usage chunk a stream asked for with ``include_usage``)."""
+
+    chunk_object: ClassVar[str]
+
+    def __init__(self, ids: ResponseIds, logprobs: bool) -> None:
+        self.ids = ids
+        self.logprobs = logprobs
+
+    def whole(self, result: CallResult) -> dict[str, Any]:
+        """The body of a whole answer."""
+        raise NotImplementedError
+
+    def opening(self) -> dict[str, Any] | None:
+        """The chunk a stream starts with, before any piece (``None``: none)."""
+        return None
+
+    def chunk(self, piece: ToolStreamChunk) -> dict[str, Any]:
+        """The chunk of the stream's next piece."""
+        raise NotImplementedError
+
+    def usage(self, usage: Usage) -> dict[str, Any]:
+        """The stream's last chunk: no choices, the usage."""
+        return usage_chunk(self.ids, usage, self.chunk_object)
+
+
+class ChatBodies(AnswerBodies):
+    """A chat completion's bodies; its stream opens with the assistant's role."""
+
+    chunk_object = "chat.completion.chunk"
+
+    def whole(self, result: CallResult) -> dict[str, Any]:
+        return chat_response(self.ids, result, self.logprobs)
+
+    def opening(self) -> dict[str, Any] | None:
+        return chat_chunk(self.ids, None, self.logprobs, first=True)
+
+    def chunk(self, piece: ToolStreamChunk) -> dict[str, Any]:
+        return chat_chunk(self.ids, piece, self.logprobs)
+
+
+class CompletionBodies(AnswerBodies):
+    """A legacy completion's bodies; each chunk knows the characters sent before it."""
+
+    chunk_object = "text_completion"
+
+    def __init__(self, ids: ResponseIds, logprobs: bool) -> None:
+        super().__init__(ids, logprobs)
+        self._sent = 0
+
+    def whole(self, result: CallResult) -> dict[str, Any]:
+        return completion_response(self.ids, result, self.logprobs)
+
+    def chunk(self, piece: ToolStreamChunk) -> dict[str, Any]:
+        body = completion_chunk(self.ids, piece, self.logprobs, self._sent)
+        self._sent += len(piece.text)
+        return body

@@ -3,14 +3,15 @@
 Errors before the first token (a bad request, a full queue, a prompt too long) are answered
 with their HTTP status, streams included: a stream's headers go out with its first piece. An
 error after that ends the stream with an error event. A client that disconnects cancels its
-engine request, streamed or not.
+engine request, streamed or not. Chat and legacy completions share one way of answering
+(``Endpoints._generation``), whole or streamed; an answer's latencies are recorded once, when
+it ends (``ServerMetrics.answered``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,27 +22,27 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ..client import CallPlan, CallResult, EngineBinding, agenerate, astream, chat_plan_factory
-from ..engine import InferenceEngine, Timings, Usage
+from ..engine import InferenceEngine
 from ..multimodal import ImagePolicy
 from ..tools import ToolStreamChunk
 from .errors import ApiError, api_error_of
 from .metrics import ServerMetrics, StatsSource, outcome_of
 from .requests import chat_options, completion_options, completion_request, messages_reader
 from .responses import (
+    AnswerBodies,
+    ChatBodies,
+    CompletionBodies,
     ResponseIds,
-    chat_chunk,
-    chat_response,
-    completion_chunk,
-    completion_response,
     embedding_response,
-    usage_chunk,
 )
-from .schemas import ChatCompletionBody, CompletionBody, EmbeddingBody
+from .schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, SamplingFields
 from .streaming import ClientGone, EventStream, sse, until_disconnect
 
-__all__ = ["Endpoints", "ServerSettings"]
+__all__ = ["EmbeddingInputs", "Endpoints", "ServerSettings"]
 
 B = TypeVar("B", bound=BaseModel)
+
+Pieces = AsyncGenerator[ToolStreamChunk, None]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -63,6 +64,15 @@ class ServerSettings:
     model_name: str
     image_policy: ImagePolicy
     request_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class EmbeddingInputs:
+    """An embeddings request's inputs as texts, and how many tokens they are (each input
+    tokenized once, as the engine tokenizes it to embed it)."""
+
+    texts: list[str]
+    tokens: int
 
 
 @dataclass
@@ -103,15 +113,6 @@ class Endpoints:
         answer = api_error_of(error)
         self.metrics.finished(endpoint, outcome_of(answer.status))
         return JSONResponse(answer.body(), answer.status, headers=dict(answer.headers))
-
-    def _record(self, usage: Usage | None, timings: Timings | None) -> None:
-        if usage is not None:
-            self.metrics.tokens(usage.prompt_tokens, usage.completion_tokens)
-        if timings is not None and timings.time_to_first_token_s is not None:
-            self.metrics.ttft.observe(timings.time_to_first_token_s)
-            if usage is not None and usage.completion_tokens > 1:
-                gap = timings.generation_s / (usage.completion_tokens - 1)
-                self.metrics.inter_token.observe(gap)
 
     async def _run(self, endpoint: str, answer: Callable[[], Awaitable[Response]]) -> Response:
         self.metrics.in_flight += 1
@@ -165,29 +166,43 @@ class Endpoints:
             await pieces.aclose()
             raise
 
-    async def _timed(
-        self,
-        start: float,
-        first: ToolStreamChunk | None,
-        pieces: AsyncGenerator[ToolStreamChunk, None],
-    ) -> AsyncGenerator[ToolStreamChunk, None]:
-        """The pieces, observing time to first token and the gaps between tokens."""
-        last: float | None = None
+    async def _pieces(self, first: ToolStreamChunk | None, pieces: Pieces) -> Pieces:
+        """The stream's pieces, ``first`` included, to the one that ends it (whose usage and
+        timings are recorded before it is sent)."""
         piece = first
         while piece is not None:
-            now = time.perf_counter()
-            if piece.text or piece.reasoning or piece.tool_call_deltas or piece.logprobs:
-                if last is None:
-                    self.metrics.ttft.observe(now - start)
-                else:
-                    self.metrics.inter_token.observe(now - last)
-                last = now
-            if piece.usage is not None:
-                self.metrics.tokens(piece.usage.prompt_tokens, piece.usage.completion_tokens)
+            last = piece.finish_reason is not None
+            if last:
+                self.metrics.answered(piece.usage, piece.timings)
             yield piece
-            if piece.finish_reason is not None:
-                return
-            piece = await anext(pieces, None)
+            piece = None if last else await anext(pieces, None)
+
+    async def _generation(
+        self,
+        request: Request,
+        endpoint: str,
+        plan: CallPlan | Callable[[], CallPlan],
+        body: SamplingFields,
+        bodies: AnswerBodies,
+    ) -> Response:
+        """Run ``plan`` and answer with ``bodies``: whole, or streamed when ``body`` asks."""
+        if not body.stream:
+            result: CallResult = await until_disconnect(request, agenerate(self.engine, plan))
+            self.metrics.answered(result.completion.usage, result.completion.timings)
+            return JSONResponse(bodies.whole(result))
+        pieces = astream(self.engine, plan)
+        first = await self._first(request, pieces)
+        usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            if (opening := bodies.opening()) is not None:
+                yield sse(opening)
+            async for piece in self._pieces(first, pieces):
+                yield sse(bodies.chunk(piece))
+                if usage and piece.usage is not None:
+                    yield sse(bodies.usage(piece.usage))
+
+        return self._stream(endpoint, pieces, events())
 
     # ---- endpoints -----------------------------------------------------------------------
 
@@ -195,7 +210,6 @@ class Endpoints:
         return await self._run(CHAT, lambda: self._chat(request))
 
     async def _chat(self, request: Request) -> Response:
-        start = time.perf_counter()
         body = await self._body(request, ChatCompletionBody)
         options = chat_options(body, timeout=self.settings.request_timeout)
         plan = chat_plan_factory(
@@ -208,51 +222,19 @@ class Endpoints:
             cut_calls="keep",
         )
         ids = ResponseIds("chatcmpl", uuid.uuid4().hex[:24], self.settings.model_name)
-        logprobs = bool(body.logprobs)
-        if not body.stream:
-            result: CallResult = await until_disconnect(request, agenerate(self.engine, plan))
-            self._record(result.completion.usage, result.completion.timings)
-            return JSONResponse(chat_response(ids, result, logprobs))
-        pieces = astream(self.engine, plan)
-        first = await self._first(request, pieces)
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-
-        async def events() -> AsyncGenerator[bytes, None]:
-            yield sse(chat_chunk(ids, None, logprobs, first=True))
-            async for piece in self._timed(start, first, pieces):
-                yield sse(chat_chunk(ids, piece, logprobs))
-                if usage and piece.usage is not None:
-                    yield sse(usage_chunk(ids, piece.usage, "chat.completion.chunk"))
-
-        return self._stream(CHAT, pieces, events())
+        bodies = ChatBodies(ids, logprobs=bool(body.logprobs))
+        return await self._generation(request, CHAT, plan, body, bodies)
 
     async def completions(self, request: Request) -> Response:
         return await self._run(COMPLETIONS, lambda: self._complete(request))
 
     async def _complete(self, request: Request) -> Response:
-        start = time.perf_counter()
         body = await self._body(request, CompletionBody)
         options = completion_options(body, timeout=self.settings.request_timeout)
         plan = CallPlan(completion_request(body, options))
         ids = ResponseIds("cmpl", plan.request.request_id, self.settings.model_name)
-        logprobs = body.logprobs is not None
-        if not body.stream:
-            result: CallResult = await until_disconnect(request, agenerate(self.engine, plan))
-            self._record(result.completion.usage, result.completion.timings)
-            return JSONResponse(completion_response(ids, result, logprobs))
-        pieces = astream(self.engine, plan)
-        first = await self._first(request, pieces)
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-
-        async def events() -> AsyncGenerator[bytes, None]:
-            offset = 0
-            async for piece in self._timed(start, first, pieces):
-                yield sse(completion_chunk(ids, piece, logprobs, offset))
-                offset += len(piece.text)
-                if usage and piece.usage is not None:
-                    yield sse(usage_chunk(ids, piece.usage, "text_completion"))
-
-        return self._stream(COMPLETIONS, pieces, events())
+        bodies = CompletionBodies(ids, logprobs=body.logprobs is not None)
+        return await self._generation(request, COMPLETIONS, plan, body, bodies)
 
     async def embeddings(self, request: Request) -> Response:
         return await self._run(EMBEDDINGS, lambda: self._embed(request))
@@ -265,20 +247,26 @@ class Endpoints:
                 f"this model's embeddings have {self.engine.info.n_embd} dimensions",
                 param="dimensions",
             )
-        texts = await asyncio.to_thread(self._texts, body.input)
+        inputs = await asyncio.to_thread(self._inputs, body.input)
         vectors = await until_disconnect(
-            request, self.engine.aembed(texts, timeout=self.settings.request_timeout)
+            request, self.engine.aembed(inputs.texts, timeout=self.settings.request_timeout)
         )
-        tokens = await asyncio.to_thread(
-            lambda: sum(len(self.engine.tokenize(t, add_special=True)) for t in texts)
-        )
-        self.metrics.tokens(tokens, 0)
+        self.metrics.tokens(inputs.tokens, 0)
         return JSONResponse(
-            embedding_response(vectors, self.settings.model_name, body.encoding_format, tokens)
+            embedding_response(
+                vectors, self.settings.model_name, body.encoding_format, inputs.tokens
+            )
         )
 
+    def _inputs(self, given: str | list[str] | list[int] | list[list[int]]) -> EmbeddingInputs:
+        """Embedding inputs as texts (token ids, which OpenAI also takes, are detokenized),
+        counted in the same pass: each text is tokenized once, the way the engine tokenizes
+        what it embeds (special tokens added), for the usage."""
+        texts = self._texts(given)
+        tokens = sum(len(self.engine.tokenize(text, add_special=True)) for text in texts)
+        return EmbeddingInputs(texts, tokens)
+
     def _texts(self, given: str | list[str] | list[int] | list[list[int]]) -> list[str]:
-        """Embedding inputs as texts (token ids, which OpenAI also takes, are detokenized)."""
         if isinstance(given, str):
             return [given]
         if not given:

@@ -7,7 +7,9 @@
   may call tools (every call well-formed, naming an offered tool, with schema-valid arguments),
   and its text and calls read back, whole or streamed;
 * ``detect_reasoning`` / ``answer_grammar``: which reasoning format a template uses, and
-  grammars that constrain a reasoning model's answer only after its thinking.
+  grammars that constrain a reasoning model's answer only after its thinking;
+* ``read_tool_calls``: tool calls handed over in any loose OpenAI shape (earlier answers,
+  a framework's response), read with one policy: malformed calls raise ``InvalidRequestError``.
 
 Running a plan is ``llamacpp_integrations.client``'s job (``client.generate`` and kin).
 """
@@ -15,6 +17,7 @@ Running a plan is ``llamacpp_integrations.client``'s job (``client.generate`` an
 from __future__ import annotations
 
 from .call_syntax import HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, TOOL_CALL_LIST, CallSyntax
+from .given_calls import GivenToolCall, read_tool_calls
 from .grammar import any_json_gbnf, json_object_gbnf, schema_to_gbnf
 from .loop_guard import answered_calls, canonical_arguments, follow_up_request
 from .partial_json import parse_partial_json
@@ -52,6 +55,7 @@ __all__ = [
     "TOOL_CALL_LIST",
     "CallSyntax",
     "CutCalls",
+    "GivenToolCall",
     "InvalidToolCall",
     "ParsedOutput",
     "StructuredResult",
@@ -84,6 +88,7 @@ __all__ = [
     "plan_tool_request",
     "read_structured",
     "read_tool_answer",
+    "read_tool_calls",
     "schema_to_gbnf",
     "written_reasoning",
 ]

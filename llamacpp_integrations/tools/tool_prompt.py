@@ -20,6 +20,7 @@ from typing import Any
 from ..engine import ChatRequest, InferenceEngine
 from ..errors import ChatTemplateError, InvalidRequestError
 from .call_syntax import HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, CallSyntax
+from .given_calls import read_tool_calls
 from .tool_spec import ToolChoice, ToolSpec
 
 __all__ = [
@@ -122,29 +123,11 @@ def _syntax_of(rendered_history: str) -> CallSyntax | None:
 # -- history -------------------------------------------------------------------------------------
 
 
-def _arguments(value: Any) -> Any:
-    # Frameworks hand over arguments as an object or as OpenAI's JSON string.
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
 def calls_of(message: Mapping[str, Any]) -> list[tuple[str | None, str, Any]]:
-    """(id, name, arguments) of an assistant message's calls, in either common shape."""
-    calls = []
-    for i, call in enumerate(message.get("tool_calls") or ()):
-        if not isinstance(call, Mapping):
-            raise InvalidRequestError(f"tool_calls[{i}] is not a mapping")
-        function = call.get("function", call)
-        name = function.get("name") if isinstance(function, Mapping) else None
-        if not isinstance(name, str):
-            raise InvalidRequestError(f"tool_calls[{i}] has no name")
-        arguments = function.get("arguments", function.get("args", {}))
-        calls.append((call.get("id"), name, _arguments(arguments)))
-    return calls
+    """(id, name, arguments) of an assistant message's calls, read by ``read_tool_calls`` (in
+    any of its shapes, malformed calls refused with ``InvalidRequestError``)."""
+    given = read_tool_calls(message.get("tool_calls") or (), where="tool_calls")
+    return [(call.id, call.name, call.arguments) for call in given]
 
 
 def _text_of(content: Any) -> str:

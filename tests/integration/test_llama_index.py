@@ -42,6 +42,7 @@ from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow.errors import WorkflowRuntimeError
 from pydantic import BaseModel, Field
 
+from llamacpp_integrations.client import model_display_name
 from llamacpp_integrations.engine import CompletionRequest, Engine, live_engines
 from llamacpp_integrations.errors import InvalidRequestError, OutputTruncatedError
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
@@ -127,7 +128,9 @@ def test_metadata(llm: LlamaCpp, engine: Engine) -> None:
     assert metadata.context_window == engine.n_ctx_per_seq - FRAMING_RESERVE == 1024 - 32
     assert metadata.num_output == 32
     assert metadata.is_chat_model and metadata.is_function_calling_model
-    assert metadata.model_name == engine.info.name
+    # The file's name (client.model_display_name), not the header's free-text general.name.
+    assert metadata.model_name == model_display_name(engine.info.path)
+    assert metadata.model_name == "SmolLM2-135M-Instruct.Q4_1"
 
 
 def test_chat(llm: LlamaCpp) -> None:
@@ -543,7 +546,7 @@ async def test_eight_concurrent_achat_calls(llm: LlamaCpp) -> None:
 
 def test_embeddings_batch_and_normalise(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     embedder = LlamaCppEmbedding(engine=engine, embed_batch_size=3)
-    assert embedder.model_name == engine.info.name
+    assert embedder.model_name == model_display_name(engine.info.path)
     calls: list[int] = []
     real_embed = engine.embed
 

@@ -32,13 +32,15 @@ DEFAULTS = {"temperature": 0.5, "max_tokens": 10, "stop": ["\n"], "logprobs": No
 # -- options ------------------------------------------------------------------------------------
 
 
-def test_call_keywords_override_the_defaults_and_none_keeps_them() -> None:
+def test_call_keywords_override_the_defaults_and_left_out_ones_keep_them() -> None:
     options = client.CallOptions.merge(
-        DEFAULTS, {"temperature": 0.0, "max_tokens": None, "top_k": 3}, owner="X"
+        DEFAULTS, {"temperature": 0.0, "max_tokens": client.UNSET, "top_k": 3}, owner="X"
     )
     assert options.sampling.temperature == 0.0 and options.sampling.top_k == 3
     assert options.max_tokens == 10 and options.stop == ("\n",)
     assert options.logprobs is None and options.tools is None
+    # None is a value of its own (tests/unit/test_call_limits.py): here, no limit.
+    assert client.CallOptions.merge(DEFAULTS, {"max_tokens": None}, owner="X").max_tokens is None
 
 
 def test_unknown_keywords_are_one_error_type_for_every_adapter() -> None:

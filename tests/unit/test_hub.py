@@ -241,7 +241,8 @@ def test_constructors_never_download(hub: FakeHub) -> None:
     resolve_model_path("hf://acme/tiny-GGUF:Q4_K_M")
     hub.requests.clear()
     full = ChatLlamaCpp(model="hf://acme/tiny-GGUF:Q4_K_M", n_ctx_per_seq=512).profile
-    assert full is not None and full["name"] == "Tiny" and full["max_input_tokens"] == 512
+    # The name is the file's (client.model_display_name), not the header's "Tiny".
+    assert full is not None and full["name"] == "tiny-Q4_K_M" and full["max_input_tokens"] == 512
     assert "image_inputs" in full and full["image_inputs"] is False
     assert hub.requests == []
 

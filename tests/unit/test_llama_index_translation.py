@@ -101,7 +101,7 @@ def test_construction_does_not_load_a_model() -> None:
     llm = LlamaCpp(model="/nonexistent/model.gguf", temperature=0.1, max_tokens=8)
     embedding = LlamaCppEmbedding(model="/nonexistent/model.gguf", embed_batch_size=4)
     assert llm.binding.loaded() is None and embedding.binding.loaded() is None
-    assert embedding.model_name == "model.gguf"
+    assert embedding.model_name == "model"  # the spec's file name without .gguf
     assert embedding.embed_batch_size == 4
     # Serialisable like other LlamaIndex components (the engine is not part of the state).
     assert llm.to_dict()["temperature"] == 0.1

@@ -85,7 +85,7 @@ def test_metadata_before_loading_comes_from_the_header(gguf: Path) -> None:
     # less what the chat template's framing takes
     assert metadata.context_window == 4096 - FRAMING_RESERVE
     assert metadata.num_output == 64
-    assert metadata.model_name == "Tiny Test"
+    assert metadata.model_name == "tiny"  # the file's name, not the header's "Tiny Test"
     assert metadata.is_chat_model and metadata.is_function_calling_model
     assert llm.binding.loaded() is None
 
@@ -127,7 +127,7 @@ def test_metadata_of_a_loaded_engine_is_its_own() -> None:
     metadata = llm.metadata
     assert metadata.context_window == 300 - FRAMING_RESERVE
     assert metadata.num_output == 256  # no max_tokens: LlamaIndex's default reserve
-    assert metadata.model_name == "char.gguf"
+    assert metadata.model_name == "char"
 
 
 def test_metadata_of_a_missing_model_raises_its_load_error() -> None:

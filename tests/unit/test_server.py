@@ -57,6 +57,7 @@ class ScriptedEngine:
     words: Sequence[str] = ("Hello", " there")
     refuse: BaseException | None = None
     requests: list[GenerationRequest] = field(default_factory=list)
+    tokenized: list[str] = field(default_factory=list)
     closed: bool = False
     info: ModelInfo = INFO
     media_marker: str | None = None
@@ -67,6 +68,7 @@ class ScriptedEngine:
     def tokenize(
         self, text: str, *, add_special: bool = False, parse_special: bool = False
     ) -> list[int]:
+        self.tokenized.append(text)
         return list(range(len(text.split())))
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
@@ -96,6 +98,7 @@ class ScriptedEngine:
                 (i,),
                 finish_reason="stop" if last else None,
                 usage=self._usage() if last else None,
+                timings=TIMINGS if last else None,
             )
 
     async def aembed(
@@ -224,6 +227,32 @@ def test_a_refused_request_keeps_its_status_streamed_or_not() -> None:
             assert answer.json()["error"]["type"] == "rate_limit_error"
         metrics = client.get("/metrics").text
         assert 'outcome="overloaded"} 2' in metrics
+
+
+def test_latencies_have_one_definition_whole_or_streamed() -> None:
+    # Time to first token and the gap between tokens are the engine's (Timings), recorded
+    # once per answer whether it was sent whole or streamed.
+    app = create_app(ScriptedEngine())  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        client.post("/v1/completions", json={"prompt": "Hi"})
+        client.post("/v1/completions", json={"prompt": "Hi", "stream": True})
+    metrics: ServerMetrics = app.state.endpoints.metrics
+    assert metrics.ttft.count == 2 and metrics.ttft.total == pytest.approx(2 * 0.01)
+    gap = TIMINGS.generation_s / (2 - 1)  # two tokens, one gap
+    assert metrics.inter_token.count == 2 and metrics.inter_token.total == pytest.approx(2 * gap)
+    assert metrics.prompt_tokens == 2 * 4 and metrics.completion_tokens == 2 * 2
+
+
+def test_embedding_inputs_are_counted_in_one_pass() -> None:
+    engine = ScriptedEngine()
+    app = create_app(engine)  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        answer = client.post("/v1/embeddings", json={"input": ["a b", "c"]}).json()
+        ids = client.post("/v1/embeddings", json={"input": [[7, 8, 9]]}).json()
+    assert engine.tokenized == ["a b", "c", "7 8 9"]  # each input tokenized once, to count
+    assert answer["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    assert ids["usage"]["prompt_tokens"] == 3
+    assert app.state.endpoints.metrics.prompt_tokens == 6
 
 
 def test_embeddings_as_floats_and_base64() -> None:
