@@ -614,6 +614,47 @@ def prompt_cache_section(found: dict[str, dict[str, Any]], headline: list[str]) 
     return lines
 
 
+def reproducibility_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    run = found.get("reproducibility")
+    if run is None:
+        return []
+    layout, modes = run["layout"], run["deterministic"]
+    names = list(layout)
+    lines = [
+        "## Reproducibility",
+        "",
+        f"The prefill layout by block size, 0 is off ({where(run)}; median of "
+        f"{run['settings']['rounds']}). Times in seconds; `follow_up_evaluated` is how many "
+        "prompt tokens a follow-up turn reads again.",
+        "",
+        "| figure | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for key in layout[names[0]]:
+        lines.append(f"| {key} | " + " | ".join(f"{layout[n][key]:.3f}" for n in names) + " |")
+    lines += [
+        "",
+        "Deterministic mode against the default, 64 greedy tokens per request.",
+        "",
+        "| concurrent | default tok/s | deterministic tok/s | ratio |",
+        "|---:|---:|---:|---:|",
+    ]
+    for n, pair in modes.items():
+        d, s = pair["default"]["tokens_per_s"], pair["deterministic"]["tokens_per_s"]
+        lines.append(f"| {n} | {d:.1f} | {s:.1f} | {s / d:.2f}x |")
+    if "off" in layout:
+        first, off = layout[names[0]], layout["off"]
+        ratio = first["long_prompt_tokens_per_s"] / off["long_prompt_tokens_per_s"]
+        headline.append(f"| prefill layout ({names[0]}): prompt tokens/s vs off | {ratio:.2f}x |")
+    most = modes[max(modes, key=int)]
+    ratio = most["deterministic"]["tokens_per_s"] / most["default"]["tokens_per_s"]
+    headline.append(
+        f"| deterministic mode, {max(modes, key=int)} concurrent: tokens/s | {ratio:.2f}x |"
+    )
+    lines.append("")
+    return lines
+
+
 def render() -> str:
     found = load()
     headline: list[str] = []
@@ -628,6 +669,7 @@ def render() -> str:
         *serve_section(found, headline),
         *speculative_section(found, headline),
         *prompt_cache_section(found, headline),
+        *reproducibility_section(found, headline),
     ]
     page = [
         "# Benchmarks",
