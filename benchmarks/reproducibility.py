@@ -1,12 +1,13 @@
 """What reproducibility costs: the prefill layout (on by default) and deterministic mode.
 
 Part 1, the layout (``EngineConfig.prefill_block``, 64 by default, against ``0``, off, and
-any other ``--blocks``): the time
-to first token of a long prompt read cold (prompt tokens per second), of a short chat, of the
-same chat asked again (its prefix cached), and of a follow-up turn that extends an answered chat.
-With the layout a prompt is read in 64-position chunks and its last token alone, and a follow-up
-keeps only the aligned part of the earlier turn; off, chunks fill the batch and every cached
-token is kept.
+any other ``--blocks``): the time to first token of a long prompt read cold (prompt tokens per
+second), of a short chat, of the same chat asked again (its prefix cached), and of a follow-up
+turn that extends an answered chat, sent at once and after a two-second pause. With the layout
+a prompt is read in 64-position chunks and its last token alone, and a follow-up sent at once
+keeps only the aligned part of the earlier prompt (the answer's cells were made one token at a
+time); during a pause the idle engine reads the answer again in the layout, and the follow-up
+keeps it. Off, chunks fill the batch and every cached token is kept.
 
 Part 2, deterministic mode (``deterministic=True``, each sequence decoded alone) against the
 default, at 1, 4 and 16 concurrent greedy requests of 64 tokens: aggregate tokens per second and
@@ -40,6 +41,7 @@ from llamacpp_integrations.engine import (
 from llamacpp_integrations.models import resolve_model_path
 
 GREEDY = SamplingParams(temperature=0.0)
+IDLE_S = 2.0  # a user's pause before the follow-up
 HANDBOOK = " ".join(
     f"Rule {i}: when asked about topic {i}, cite section {i} of the handbook, name the duty "
     f"officer of shift {i % 3}, and answer in at most two sentences."
@@ -96,6 +98,13 @@ def layout_round(engine: Engine) -> dict[str, float]:
     seconds, n_prompt, cached = first_token(engine, follow_up)
     out["follow_up_ttft_s"] = seconds
     out["follow_up_evaluated"] = n_prompt - cached
+    # The same after a user's pause: the idle engine reads the answer again in the layout.
+    answer = engine.generate(chat(("user", QUESTIONS[2]), max_tokens=96)).text
+    time.sleep(IDLE_S)
+    follow_up = chat(("user", QUESTIONS[2]), ("assistant", answer), ("user", "Tell me more."))
+    seconds, n_prompt, cached = first_token(engine, follow_up)
+    out["follow_up_after_idle_ttft_s"] = seconds
+    out["follow_up_after_idle_evaluated"] = n_prompt - cached
     return out
 
 

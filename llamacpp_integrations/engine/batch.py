@@ -108,6 +108,28 @@ class PrefillLayout:
                     kept = edge
         return _outside_images(kept, image_spans)
 
+    def realign_span(self, cached: Sequence[int], exact: int) -> tuple[int, int] | None:
+        """The positions of a finished sequence's cells to read again so that a longer prompt
+        could keep them: from the last chunk start at or before ``exact`` (a block boundary, or
+        the end of an image) to the last block boundary of ``cached``. ``None`` when that would
+        make no more cells exact, or would cross an image not yet exact (its embeddings are
+        gone; images are marked by negative keys)."""
+        if not self.aligned:
+            return None
+        end = len(cached) // self.block * self.block
+        if end <= exact:
+            return None
+        start = exact // self.block * self.block
+        images = [i for i in range(start, end) if cached[i] < 0]
+        if images and images[-1] >= exact:
+            return None
+        return (images[-1] + 1 if images else start), end
+
+    def next_chunk_end(self, start: int, end: int) -> int:
+        """Where a chunk read from ``start`` ends, reading at most up to ``end`` (no prompt
+        end or image before it)."""
+        return min((start // self.block + 1) * self.block, end) if self.aligned else end
+
 
 def _outside_images(n: int, image_spans: Mapping[int, int]) -> int:
     """``n`` moved back to the start of an image it would cut through."""

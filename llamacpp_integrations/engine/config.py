@@ -123,7 +123,9 @@ class EngineConfig:
         prefill_block: Prompts are read in chunks that end at multiples of this many positions,
             and their last token alone, so that a prefix kept from the cache holds exactly the
             cells reading it again would make: a repeated or extended prompt gets the same
-            greedy answer with or without the cache (see ``docs/reproducibility.md``). ``None``
+            greedy answer with or without the cache; while the engine idles, finished answers
+            are read again in this layout, so a follow-up keeps them too (see
+            ``docs/reproducibility.md``). ``None``
             (the default): 64, or what ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
             when that is less; at most that much when given; ``0`` turns this off (chunks fill
             the batch, and a cached prefix is kept to the token).

@@ -244,16 +244,21 @@ def test_an_event_loop_closed_with_a_stream_open(smollm_path: Path) -> None:
 def test_keyboard_interrupt_mid_stream_cancels_the_request(smollm_path: Path) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("SIGINT reaches the main thread only")
-    with Engine(EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512)) as engine:
-        main = threading.main_thread().ident
-        assert main is not None
-        with pytest.raises(KeyboardInterrupt):
-            for i, _ in enumerate(engine.stream(long())):
-                if i == 2:
-                    signal.pthread_kill(main, signal.SIGINT)
-                    time.sleep(5)  # the signal lands here (or in the next wait for a chunk)
-        assert idle_and_freed(wait_for(engine, idle_and_freed))
-        _still_serving(engine)
+    # Python's own handler, whatever an earlier test (a server run in this thread) left.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Engine(EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512)) as engine:
+            main = threading.main_thread().ident
+            assert main is not None
+            with pytest.raises(KeyboardInterrupt):
+                for i, _ in enumerate(engine.stream(long())):
+                    if i == 2:
+                        signal.pthread_kill(main, signal.SIGINT)
+                        time.sleep(5)  # the signal lands here (or in the next wait for a chunk)
+            assert idle_and_freed(wait_for(engine, idle_and_freed))
+            _still_serving(engine)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_same_request_twice_at_once(engine: Engine) -> None:

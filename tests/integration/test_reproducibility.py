@@ -24,10 +24,11 @@ from llamacpp_integrations.engine import (
     ChatRequest,
     Engine,
     EngineConfig,
+    EngineStats,
     SamplingParams,
 )
 
-from .helpers import GREEDY, QUESTIONS
+from .helpers import GREEDY, QUESTIONS, wait_for
 
 SYSTEM = (
     "You are the help desk of the Zephyr-9 field station on the northern ridge of Mount Kell. "
@@ -106,6 +107,41 @@ def test_caching_never_changes_a_greedy_answer(smollm_path: Path) -> None:
         assert repeat.usage.cached_prompt_tokens == repeat.usage.prompt_tokens - 1
     # The help-desk chats after the first kept the long system prompt's aligned blocks.
     assert all(a.usage.cached_prompt_tokens >= 64 for a in first[33:])
+
+
+def test_a_follow_up_keeps_the_answer_read_again_while_idle(smollm_path: Path) -> None:
+    """An answer's cells were made one token at a time, so a follow-up could keep none of
+    them; while the engine idles they are read again in the prefill layout (into a free slot),
+    and the follow-up keeps them up to the last block edge, answering as if read cold."""
+    config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=1024)
+    question = ChatMessage(role="user", content="Write a long story about a lighthouse keeper.")
+    with Engine(config) as engine:
+        block = config.prefill_block_size
+        first = engine.generate(ChatRequest(messages=[question], max_tokens=150, sampling=GREEDY))
+        assert first.finish_reason == "length"  # cut, so every token but the last was read
+        held = first.usage.prompt_tokens + first.usage.completion_tokens - 1
+        edge = held // block * block
+        assert edge > first.usage.prompt_tokens  # the answer crosses a block edge
+
+        def realigned(stats: EngineStats) -> bool:
+            return any(slot.cached_tokens == edge and not slot.busy for slot in stats.slots)
+
+        assert realigned(wait_for(engine, realigned))
+        turns = [question, ChatMessage(role="assistant", content=first.text)]
+        follow_up = ChatRequest(
+            messages=[*turns, ChatMessage(role="user", content="Once more, shorter.")],
+            max_tokens=24,
+            sampling=GREEDY,
+        )
+        kept = engine.generate(follow_up)
+        engine.clear_cache()
+        cold = engine.generate(_fresh(follow_up))
+    # The answer re-rendered may tokenize a little differently from how it was generated:
+    # what is kept is the shared prefix cut back to a block edge, beyond the first prompt.
+    assert kept.usage.cached_prompt_tokens % block == 0
+    assert kept.usage.cached_prompt_tokens > first.usage.prompt_tokens
+    assert cold.usage.cached_prompt_tokens == 0
+    assert kept.token_ids == cold.token_ids, (kept.text, cold.text)
 
 
 @pytest.fixture(scope="module")

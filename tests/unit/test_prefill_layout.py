@@ -94,3 +94,66 @@ def test_rejected_drafts_and_dropped_cells_shrink_what_is_exact() -> None:
     assert seq.slot.exact == 50
     scheduler.release(seq, keep_cache=False)
     assert (seq.slot.exact, seq.slot.cached) == (0, [])
+
+
+# -- reading finished answers again while idle ----------------------------------------------------
+
+
+def test_the_realign_span_runs_from_the_last_chunk_start_to_the_last_block_edge() -> None:
+    answered = list(range(1, 161))  # a 100-token prompt and a 60-token answer
+    assert BLOCK.realign_span(answered, exact=99) == (64, 128)
+    assert BLOCK.realign_span(answered[:127], exact=99) is None  # no block edge beyond exact
+    assert BLOCK.realign_span(answered, exact=128) is None  # already exact to the edge
+    with_image = [*answered[:70], *[-5] * 10, *answered[80:]]
+    assert BLOCK.realign_span(with_image, exact=99) == (80, 128)  # from the image's end
+    late_image = [*answered[:100], *[-5] * 10, *answered[110:]]
+    assert BLOCK.realign_span(late_image, exact=99) is None  # its embeddings are gone
+    assert LOOSE.realign_span(answered, exact=99) is None
+
+
+def _answered(scheduler: Scheduler, prompt: list[int], answer: list[int]) -> SeqState:
+    """A request whose prompt was read and whose answer was generated, then released."""
+    seq = scheduler.admit(f"r{len(scheduler.running)}-{prompt[0]}", prompt)
+    _read_prompt(scheduler, seq)
+    for token in answer:
+        seq.next_token = token
+        scheduler.decoded(scheduler.plan())
+    scheduler.release(seq, keep_cache=True)
+    return seq
+
+
+def test_an_idle_answer_is_read_again_into_an_empty_slot_and_a_follow_up_keeps_it() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
+    prompt, answer = list(range(1, 101)), list(range(500, 560))
+    first = _answered(scheduler, prompt, answer)
+    assert first.slot.exact == 99
+    step = scheduler.realign()
+    assert step is not None and step.copy_from is first.slot and step.slot is not first.slot
+    assert (step.entry.start_pos, list(step.entry.tokens)) == (64, [*prompt, *answer][64:128])
+    assert not step.entry.logits_last
+    scheduler.realigned(step)
+    assert (step.slot.exact, step.slot.cached) == (128, [*prompt, *answer][:128])
+    assert first.slot.cached == [*prompt, *answer]  # untouched: a repeat still keeps 99
+    assert scheduler.realign() is None  # covered now
+    follow_up = scheduler.admit("f", [*prompt, *answer, 7, 8, 9])
+    assert (follow_up.slot, follow_up.n_reused) == (step.slot, 128)
+
+
+def test_realigning_waits_for_idle_needs_an_empty_slot_and_yields_to_admission() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
+    prompt, answer = list(range(1, 101)), list(range(500, 700))
+    _answered(scheduler, prompt, answer)  # 300 positions: 3 blocks from 64 to 256
+    running = scheduler.admit("busy", [1, 2, 3])
+    assert scheduler.realign() is None and not scheduler.realign_wanted()  # something runs
+    scheduler.release(running, keep_cache=False)
+    step = scheduler.realign()
+    assert step is not None
+    scheduler.realigned(step)
+    assert len(step.slot.unread) == 128  # two blocks to go, one per step
+    # A follow-up takes the slot being realigned as far as it is exact; the rest is its own.
+    follow_up = scheduler.admit("f", [*prompt, *answer, 7])
+    assert (follow_up.slot, follow_up.n_reused) == (step.slot, 128)
+    assert not step.slot.unread
+    full = Scheduler(n_seq_max=1, n_batch=512, layout=BLOCK)
+    _answered(full, prompt, list(range(500, 560)))
+    assert full.realign() is None  # never evicts a cached conversation to realign

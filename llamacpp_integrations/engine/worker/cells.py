@@ -5,7 +5,8 @@ applies it to the cells themselves. The generation context is made on first use,
 that only embeds never allocates one. A new request keeps the reusable prefix the scheduler
 found: its slot's cells cut back, a prefix shared from another slot, or a longer prefix restored
 from the prompt cache on disk. Cells of ended requests and of rejected drafts are dropped, and
-under pressure every idle slot's cells are freed.
+under pressure every idle slot's cells are freed. While the engine idles, finished answers are
+read again block by block (``realign``, planned by ``Scheduler.realign``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 
 from ...errors import EngineError, LlamaCppIntegrationError
 from ..config import EngineConfig
-from ..native.runner import GenerationContext, LoadedModel
+from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
 from ..prompt_cache.save_restore import SavedPrompts
 from .scheduler import Scheduler, SeqState
 
@@ -41,6 +42,8 @@ class SequenceCells:
         self._scheduler = scheduler
         self._n_ctx_per_seq = n_ctx_per_seq
         self._context: GenerationContext | None = None
+        self.realigning = True
+        """False once reading an answer again failed: not retried on every idle step."""
         self.disk = None if config.prompt_cache_dir is None else SavedPrompts(model, config)
 
     @property
@@ -119,6 +122,36 @@ class SequenceCells:
         if read:
             self.disk.save(self.context, read)
 
+    @property
+    def can_realign(self) -> bool:
+        """Whether ``realign`` has a block to read now."""
+        return self.realigning and self._scheduler.realign_wanted()
+
+    def realign(self) -> bool:
+        """Read the next block of a finished answer again into its slot; False when there was
+        none, or it failed (then the slot is emptied, and ``realigning`` turns off: a follow-up
+        reads the answer instead)."""
+        step = self._scheduler.realign()
+        if step is None or self._context is None:
+            return False
+        seq_id, start = step.slot.seq_id, step.entry.start_pos
+        try:
+            if step.copy_from is not None:
+                self._context.remove(seq_id, 0)
+                if start > 0:
+                    self._context.share_prefix(step.copy_from.seq_id, seq_id, start)
+            status, reason = self._context.decode([step.entry]), "no room in the KV cache"
+        except EngineError as error:
+            status, reason = DecodeStatus.NO_KV_SLOT, str(error)
+        if status != DecodeStatus.OK:
+            log.warning("reading a finished answer again failed (%s); stopped doing so", reason)
+            self.realigning = False
+            self._context.remove(seq_id, 0)
+            self._scheduler.abandon(step.slot)
+            return False
+        self._scheduler.realigned(step)
+        return True
+
     def drop_idle(self) -> list[int]:
         """Free the cells of every slot no request holds; the sequence ids freed."""
         if self._context is None:
@@ -127,7 +160,7 @@ class SequenceCells:
         for slot in self._scheduler.slots:
             if not slot.busy and slot.cached:
                 self._context.remove(slot.seq_id, 0)
-                slot.cached.clear()
+                slot.cut(0)
                 dropped.append(slot.seq_id)
         return dropped
 

@@ -154,6 +154,17 @@ class EngineCore:
             self.embeds.chat_stepped(time.perf_counter() - start)
         self.embeds.step(chatting=chatting)
 
+    @property
+    def can_realign(self) -> bool:
+        """Whether a finished answer waits to be read again (``SequenceCells.realign``)."""
+        return not self.closing and self.cells.can_realign
+
+    def realign(self) -> None:
+        """Read one block of a finished answer again; only while the worker has no work."""
+        if self.cells.realign():
+            self.steps += 1
+            self.publish()
+
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
         self.board.latest = snapshot(
@@ -173,20 +184,19 @@ class EngineCore:
         if request.request_id in self.active:
             # The same request object submitted twice at once: ids key cancellation and the
             # active table, so the second would orphan the first's sequence.
-            self._refuse(
-                request,
+            request.refuse(
                 InvalidRequestError(
                     f"a request with id {request.request_id!r} is already running; give each "
                     "concurrent request its own request_id",
                     request_id=request.request_id,
-                ),
+                )
             )
             return
         try:
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except EngineError as error:
             error.request_id = request.request_id
-            self._refuse(request, error)
+            request.refuse(error)
             return
         media = request.media
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
@@ -201,13 +211,6 @@ class EngineCore:
                 has_images=media is not None,
             )
         self.active[request.request_id] = ActiveRequest.start(request, seq, now, spec)
-
-    def _refuse(self, request: PreparedRequest, error: LlamaCppIntegrationError) -> None:
-        """End a request that was never admitted."""
-        request.sampler.close()
-        if request.media is not None:
-            request.media.close()
-        request.channel.put(error)
 
     # ---- one step -------------------------------------------------------------------------
 
@@ -437,7 +440,7 @@ class EngineCore:
         self.inbox.close(reason)  # first: nothing new gets in while the running ones end
         while self._taken:
             request = self._taken.popleft()
-            self._refuse(request, EngineClosedError(reason, request_id=request.request_id))
+            request.refuse(EngineClosedError(reason, request_id=request.request_id))
         for active in list(self.active.values()):
             self._finish(active, "error", error=EngineClosedError(reason))
         self.embeds.close(lambda: EngineClosedError(reason))

@@ -338,6 +338,12 @@ class ModelHost:
                 core.take_inbox(now)
             for core in cores:
                 core.step()
+            if not any(core.busy for core in cores):
+                # Idle: one block of a finished answer read again, so new work waits for one
+                # block at most and no engine of this worker is slowed while it has work.
+                waiting = next((core for core in cores if core.can_realign), None)
+                if waiting is not None:
+                    waiting.realign()
 
     def _wait_for_work(self) -> list[Callable[[], None]]:
         """Control messages to run, once something needs the worker (sleeping until then)."""
@@ -351,6 +357,8 @@ class ModelHost:
                     return []
                 cores = self._cores.values()
                 if any(core.busy or core.inbox.ready(core.n_free) for core in cores):
+                    return []
+                if any(core.can_realign for core in cores):
                     return []
                 deadlines = [d for c in cores if (d := c.inbox.next_deadline()) is not None]
                 timeout = None if not deadlines else min(deadlines) - time.monotonic()

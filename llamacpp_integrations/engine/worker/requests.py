@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ...errors import LlamaCppIntegrationError
 from ...prompts.reasoning import ReasoningSpec
 from ..channel import EventChannel
 
@@ -39,6 +40,14 @@ class PreparedRequest:
     deadline: float | None
     channel: EventChannel = field(repr=False)
     sampler: SamplerChain = field(repr=False)
+
+    def refuse(self, error: LlamaCppIntegrationError) -> None:
+        """End the request before it was admitted: free what it holds, hand the caller
+        ``error``."""
+        self.sampler.close()
+        if self.media is not None:
+            self.media.close()
+        self.channel.put(error)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,13 @@ keep flowing), then whole prompt chunks of the sequences still reading their pro
 up to ``n_batch`` tokens in all. A step is one decode, or in deterministic mode one decode per
 sequence, so that no sequence's rows share a batch with another's.
 
+While nothing runs, finished answers are read again (``realign``): an answer's cells were
+made one token at a time, not as a longer prompt's chunks would make them, so a follow-up turn
+could keep none of them. Their tokens are read again, block by block, into an empty idle slot
+that starts from a copy of the answered slot's exact prefix (the answered slot stays as it is,
+for a repeat of its prompt); a follow-up then keeps the prefix up to the answer's last block
+boundary. One block per step, so new work waits for one block at most.
+
 Images in a prompt are spans of positions holding a negative key (see ``native/vision.py``).
 They are evaluated apart from the batched text decode, one image per step, so running streams
 keep flowing while an image is read; a text chunk never crosses into an image.
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 
-__all__ = ["ImageStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
+__all__ = ["ImageStep", "RealignStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
 
 
 class SeqStatus(enum.Enum):
@@ -33,7 +40,8 @@ class SeqStatus(enum.Enum):
 class Slot:
     """One KV sequence. ``cached`` is what its cells hold, position by position; the first
     ``exact`` of them were made by reading a prompt of ``prompt_len`` positions in the prefill
-    layout (what another prompt may keep of them, see ``PrefillLayout.kept``)."""
+    layout (what another prompt may keep of them, see ``PrefillLayout.kept``). ``unread``: the
+    tokens an idle slot being realigned has still to read after ``cached``."""
 
     seq_id: int
     cached: list[int] = field(default_factory=list)
@@ -41,11 +49,13 @@ class Slot:
     busy: bool = False
     exact: int = 0
     prompt_len: int = 0
+    unread: list[int] = field(default_factory=list)
 
     def cut(self, n: int) -> None:
-        """The cells from position ``n`` on are gone."""
+        """The cells from position ``n`` on are gone (and nothing is left to realign)."""
         del self.cached[n:]
         self.exact = min(self.exact, n)
+        self.unread.clear()
 
 
 @dataclass
@@ -73,6 +83,16 @@ class ImageStep:
     seq: SeqState
     start: int
     n_pos: int
+
+
+@dataclass(frozen=True)
+class RealignStep:
+    """One block of a finished answer read again into ``slot``; first, when ``copy_from`` is
+    given, the slot takes a copy of that slot's cells before ``entry.start_pos``."""
+
+    slot: Slot
+    entry: BatchEntry
+    copy_from: Slot | None = None
 
 
 @dataclass
@@ -259,6 +279,67 @@ class Scheduler:
         if slot.exact == step.start:
             slot.exact = step.start + step.n_pos
         slot.cached.extend(step.seq.prompt[step.start : step.start + step.n_pos])
+
+    def realign(self) -> RealignStep | None:
+        """While nothing runs: the next block to read again of a finished answer (see the
+        module docstring), or ``None`` when there is none (or no empty slot to read into).
+        The caller decodes it and calls ``realigned``, or ``abandon`` when that failed."""
+        choice = self._realign_choice()
+        if choice is None:
+            return None
+        target, source, span = choice
+        copy_from = None
+        if source is not None and span is not None:
+            start, end = span
+            target.cached[:] = source.cached[:start]
+            target.unread[:] = source.cached[start:end]
+            target.exact, target.prompt_len = start, 0
+            self._clock += 1
+            target.last_used = self._clock
+            copy_from = source
+        start = len(target.cached)
+        stop = self.layout.next_chunk_end(start, start + len(target.unread))
+        tokens = target.unread[: stop - start]
+        return RealignStep(target, BatchEntry(target.seq_id, tokens, start, False), copy_from)
+
+    def realign_wanted(self) -> bool:
+        """Whether ``realign`` has a block to read now."""
+        return self._realign_choice() is not None
+
+    def realigned(self, step: RealignStep) -> None:
+        """The block's cells are in the cache, made as a longer prompt's chunk would make them."""
+        slot, tokens = step.slot, step.entry.tokens
+        slot.cached.extend(tokens)
+        del slot.unread[: len(tokens)]
+        slot.exact = len(slot.cached)
+
+    def abandon(self, slot: Slot) -> None:
+        """Reading a block again failed: the slot's cells were dropped."""
+        slot.cut(0)
+
+    def _realign_choice(self) -> tuple[Slot, Slot | None, tuple[int, int] | None] | None:
+        """The slot to read into, and (for a new realignment) the answered slot and span."""
+        if self.running or not self.layout.aligned:
+            return None
+        idle = [slot for slot in self.slots if not slot.busy]
+        for slot in idle:
+            if slot.unread:
+                return slot, None, None
+        empty = next((slot for slot in idle if not slot.cached), None)
+        if empty is None:
+            return None
+        for source in sorted(idle, key=lambda slot: slot.last_used, reverse=True):
+            span = self.layout.realign_span(source.cached, source.exact)
+            if span is not None and not self._holds_exactly(source.cached[: span[1]]):
+                return empty, source, span
+        return None
+
+    def _holds_exactly(self, tokens: Sequence[int]) -> bool:
+        """Whether some slot's exact cells already cover ``tokens``."""
+        n = len(tokens)
+        return any(
+            slot.exact >= n and common_prefix(slot.cached, tokens) >= n for slot in self.slots
+        )
 
     def release(self, seq: SeqState, *, keep_cache: bool) -> None:
         """Free the request's slot; its cells stay for prefix reuse unless ``keep_cache`` is off."""
