@@ -133,6 +133,10 @@ class EngineConfig:
             sequence's tokens, so a request's greedy tokens do not depend on what else runs
             (for evaluations and tests); concurrent requests then take turns step by step
             instead of sharing decodes. Speculative decoding cannot be combined with it.
+        prefix_sharing: A request whose prompt shares a beginning (of at least one prefill
+            block) with one still being read waits for that request's cells and copies them,
+            reading only the rest, instead of reading the shared prefix again (needs the
+            prefill layout: ``prefill_block`` not ``0``; text-only prompts).
         n_threads: CPU threads for decoding; ``None`` uses every core.
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all, ``0`` for
             none). ``None`` (the default): every layer when llama.cpp was built with a GPU
@@ -224,6 +228,7 @@ class EngineConfig:
     n_batch: int = 512
     prefill_block: int | None = None
     deterministic: bool = False
+    prefix_sharing: bool = True
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     kv_memory_budget: int | None = None

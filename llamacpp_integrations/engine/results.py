@@ -182,8 +182,9 @@ class SlotStats:
 @dataclass(frozen=True)
 class EngineStats:
     """A snapshot the worker publishes between steps: requests running and waiting, decode
-    steps so far, every slot's cache, and the speculative drafts verified and accepted so far
-    (see ``EngineConfig.speculative``)."""
+    steps so far, every slot's cache, the speculative drafts verified and accepted so far (see
+    ``EngineConfig.speculative``), and the prompt tokens requests took from the cells of others
+    still reading the same prefix instead of reading them again."""
 
     running: int
     waiting: int
@@ -191,3 +192,4 @@ class EngineStats:
     slots: tuple[SlotStats, ...]
     drafted_tokens: int = 0  # speculative drafts verified so far
     accepted_tokens: int = 0  # of which accepted
+    shared_prompt_tokens: int = 0  # prompt tokens requests took from others' cells in flight

@@ -28,7 +28,7 @@ from llamacpp_integrations.engine import (
     SamplingParams,
 )
 
-from .helpers import GREEDY, QUESTIONS, wait_for
+from .helpers import GREEDY, QUESTIONS, idle_and_freed, wait_for
 
 SYSTEM = (
     "You are the help desk of the Zephyr-9 field station on the northern ridge of Mount Kell. "
@@ -144,6 +144,28 @@ def test_a_follow_up_keeps_the_answer_read_again_while_idle(smollm_path: Path) -
     assert kept.token_ids == cold.token_ids, (kept.text, cold.text)
 
 
+HANDBOOK = " ".join(
+    f"Rule {i}: questions about topic {i} go to desk {i % 5}, open from {8 + i % 3} to "
+    f"{16 + i % 4}, and are answered within {i + 1} days."
+    for i in range(14)
+)
+
+
+def _desk(questions: list[str]) -> list[ChatRequest]:
+    """Chats under one long system prompt, each with its own question."""
+    return [
+        ChatRequest(
+            messages=[
+                ChatMessage(role="system", content=HANDBOOK),
+                ChatMessage(role="user", content=q),
+            ],
+            max_tokens=16,
+            sampling=GREEDY,
+        )
+        for q in questions
+    ]
+
+
 @pytest.fixture(scope="module")
 def deterministic(smollm_path: Path) -> Iterator[Engine]:
     config = EngineConfig(
@@ -188,3 +210,44 @@ def test_deterministic_tokens_do_not_depend_on_what_else_runs(deterministic: Eng
             future.result()
     for i, (a, b, c) in enumerate(zip(alone, together, mixed, strict=True)):
         assert a.token_ids == b.token_ids == c.token_ids, (i, a.text, b.text, c.text)
+
+
+def test_requests_in_flight_read_a_shared_prefix_once(deterministic: Engine) -> None:
+    """Sixteen chats over one long system prompt sent at once: one reads the prompt, the others
+    take its cells as they appear and read only their questions; each answer is the one it
+    gets alone (deterministic mode: the comparison is the point)."""
+    engine = deterministic
+    requests = _desk([*ASKED, *EXTRA[:8]])
+    alone = []
+    for request in requests:
+        engine.clear_cache()
+        alone.append(engine.generate(_fresh(request)))
+    engine.clear_cache()
+    before = engine.stats().shared_prompt_tokens
+    handles = [engine.submit(_fresh(r)) for r in requests]
+    together = [handle.result() for handle in handles]
+    block = engine.config.prefill_block_size
+    system = ChatRequest(messages=requests[0].messages[:1], add_generation_prompt=False)
+    n_system = len(engine.tokenize(engine.render_chat(system), parse_special=True))
+    taken = [c.usage.cached_prompt_tokens for c in together]
+    # All but the one that read it took the system prompt's blocks from another's cells.
+    assert sum(t >= n_system // block * block > 0 for t in taken) >= len(requests) - 1, taken
+    assert engine.stats().shared_prompt_tokens - before == sum(taken)
+    for i, (a, b) in enumerate(zip(alone, together, strict=True)):
+        assert a.token_ids == b.token_ids, (i, a.text, b.text)
+
+
+def test_followers_finish_when_the_reading_request_is_cancelled(deterministic: Engine) -> None:
+    engine = deterministic
+    requests = _desk(ASKED[:4])
+    alone = []
+    for request in requests[1:]:
+        engine.clear_cache()
+        alone.append(engine.generate(_fresh(request)))
+    engine.clear_cache()
+    handles = [engine.submit(_fresh(r)) for r in requests]
+    handles[0].cancel()  # the one reading the shared prompt, most likely mid-way
+    followers = [handle.result() for handle in handles[1:]]
+    for a, b in zip(alone, followers, strict=True):
+        assert a.token_ids == b.token_ids, (a.text, b.text)
+    assert idle_and_freed(wait_for(engine, idle_and_freed))

@@ -157,3 +157,74 @@ def test_realigning_waits_for_idle_needs_an_empty_slot_and_yields_to_admission()
     full = Scheduler(n_seq_max=1, n_batch=512, layout=BLOCK)
     _answered(full, prompt, list(range(500, 560)))
     assert full.realign() is None  # never evicts a cached conversation to realign
+
+
+# -- in-flight sharing ----------------------------------------------------------------------------
+
+
+def _step(scheduler: Scheduler) -> dict[str, tuple[int, int]]:
+    """Plan and decode one step; each reading request's chunk, by request id."""
+    plan = scheduler.plan()
+    scheduler.decoded(plan)
+    return {
+        seq.request_id: (entry.start_pos, entry.start_pos + len(entry.tokens))
+        for seq, entry in plan.entries
+    }
+
+
+def test_requests_sharing_a_prefix_read_it_once() -> None:
+    scheduler = Scheduler(n_seq_max=4, n_batch=512, layout=BLOCK)
+    shared = list(range(1, 201))
+    leader = scheduler.admit("a", [*shared, 900, 901])
+    b = scheduler.admit("b", [*shared, 910])
+    c = scheduler.admit("c", list(shared))  # the prefix alone: keeps all but its last token
+    assert (b.leader, b.share_until) == (leader, 192)
+    assert (c.leader, c.share_until) == (leader, 192)
+    assert _step(scheduler) == {"a": (0, 64)}  # the followers wait
+    assert _step(scheduler) == {"a": (64, 128)}
+    assert _step(scheduler) == {"a": (128, 192)}
+    plan = scheduler.plan()  # the leader's cells reach 192: both join and read the rest
+    assert [(j.source, j.target, j.n_tokens) for j in plan.joins] == [
+        (leader.slot, b.slot, 192),
+        (leader.slot, c.slot, 192),
+    ]
+    chunks = {seq.request_id: (e.start_pos, e.start_pos + len(e.tokens)) for seq, e in plan.entries}
+    assert chunks == {"a": (192, 201), "b": (192, 200), "c": (192, 199)}
+    scheduler.decoded(plan)
+    assert (b.n_reused, c.n_reused, scheduler.shared_tokens) == (192, 192, 384)
+    assert b.slot.cached == b.prompt[:200] and b.slot.exact == 200
+
+
+def test_an_identical_prompt_takes_all_but_the_last_token() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
+    prompt = list(range(1, 101))
+    leader = scheduler.admit("a", prompt)
+    twin = scheduler.admit("b", list(prompt))
+    assert twin.share_until == 99
+    _step(scheduler), _step(scheduler)  # 0-64, 64-99
+    assert _step(scheduler) == {"a": (99, 100), "b": (99, 100)}  # joined; last token alone
+    assert twin.n_reused == 99 and leader.slot.exact == 99
+
+
+def test_a_short_overlap_is_read_by_each() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
+    scheduler.admit("a", [*range(1, 50), 7])
+    other = scheduler.admit("b", [*range(1, 50), 8])  # 49 shared tokens: not a block
+    assert other.leader is None
+    assert _step(scheduler) == {"a": (0, 49), "b": (0, 49)}
+
+
+def test_followers_of_a_cancelled_leader_regroup() -> None:
+    scheduler = Scheduler(n_seq_max=3, n_batch=512, layout=BLOCK)
+    shared = list(range(1, 201))
+    leader = scheduler.admit("a", [*shared, 900])
+    b = scheduler.admit("b", [*shared, 910])
+    c = scheduler.admit("c", [*shared, 920])
+    _step(scheduler)
+    scheduler.release(leader, keep_cache=False)  # cancelled mid-prompt: its cells are gone
+    assert _step(scheduler) == {"b": (0, 64)}  # the first orphan reads, the other follows it
+    # Prompts of one length that differ only in their last token are read in the same chunks.
+    assert b.leader is None and c.leader is b and c.share_until == 200
+    _step(scheduler), _step(scheduler), _step(scheduler)  # b: 64-128, 128-192, 192-200
+    assert _step(scheduler) == {"b": (200, 201), "c": (200, 201)}
+    assert c.n_reused == 200

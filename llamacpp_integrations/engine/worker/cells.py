@@ -12,12 +12,13 @@ read again block by block (``realign``, planned by ``Scheduler.realign``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from ...errors import EngineError, LlamaCppIntegrationError
 from ..config import EngineConfig
 from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
 from ..prompt_cache.save_restore import SavedPrompts
-from .scheduler import Scheduler, SeqState
+from .scheduler import Join, Scheduler, SeqState
 
 __all__ = ["SequenceCells"]
 
@@ -113,6 +114,11 @@ class SequenceCells:
         elif not self.context.remove(seq_id, seq.n_reused):
             return False
         return self.context.window_kept(seq_id, seq.n_reused)
+
+    def join(self, joins: Sequence[Join]) -> None:
+        """Give each follower's sequence the first cells of its leader's (``StepPlan.joins``)."""
+        for join in joins:
+            self.context.share_prefix(join.source.seq_id, join.target.seq_id, join.n_tokens)
 
     def save_prompts(self, seqs: list[SeqState]) -> None:
         """Save to the disk cache the cells of sequences that hold exactly their whole prompt."""

@@ -28,7 +28,7 @@ from ...errors import (
     RequestCancelledError,
     RequestTimeoutError,
 )
-from ..batch import BatchEntry, PrefillLayout
+from ..batch import BatchEntry
 from ..config import EngineConfig
 from ..embedding.work import EmbeddingWork
 from ..native.embedder import EmbeddingContext
@@ -70,12 +70,7 @@ class EngineCore:
         self.inbox = inbox
         self.board = StatsBoard()
         self._n_ctx_per_seq = n_ctx_per_seq
-        self.scheduler = Scheduler(
-            config.n_seq_max,
-            config.n_batch,
-            PrefillLayout(config.prefill_block_size),
-            deterministic=config.deterministic,
-        )
+        self.scheduler = Scheduler.of(config)
         self.cells = SequenceCells(model, config, self.scheduler, n_ctx_per_seq=n_ctx_per_seq)
         self.active: dict[str, ActiveRequest] = {}
         embedder = partial(
@@ -216,6 +211,7 @@ class EngineCore:
 
     def _step(self) -> None:
         plan = self.scheduler.plan(self._drafts())
+        self.cells.join(plan.joins)
         if plan.entries:
             self._decode_text(plan)
         if plan.image is not None:

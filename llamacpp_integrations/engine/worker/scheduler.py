@@ -8,6 +8,13 @@ keep flowing), then whole prompt chunks of the sequences still reading their pro
 up to ``n_batch`` tokens in all. A step is one decode, or in deterministic mode one decode per
 sequence, so that no sequence's rows share a batch with another's.
 
+Requests admitted while another is still reading a prompt that shares their beginning wait
+for its cells instead of reading that prefix themselves (in-flight sharing): a follower names
+its ``leader`` and how far it will take from it (``share_until``, a prefix the layout lets it
+keep), and once the leader's exact cells reach that far, a step copies them into the follower's
+sequence (``StepPlan.joins``) and the follower reads only the rest. A follower whose leader ended
+before that finds another leader (the first orphan reads, the others follow it).
+
 While nothing runs, finished answers are read again (``realign``): an answer's cells were
 made one token at a time, not as a longer prompt's chunks would make them, so a follow-up turn
 could keep none of them. Their tokens are read again, block by block, into an empty idle slot
@@ -27,8 +34,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
+from ..config import EngineConfig
 
-__all__ = ["ImageStep", "RealignStep", "Scheduler", "SeqState", "SeqStatus", "Slot", "StepPlan"]
+__all__ = [
+    "ImageStep",
+    "Join",
+    "RealignStep",
+    "Scheduler",
+    "SeqState",
+    "SeqStatus",
+    "Slot",
+    "StepPlan",
+]
 
 
 class SeqStatus(enum.Enum):
@@ -70,6 +87,9 @@ class SeqState:
     image_spans: Mapping[int, int] = field(default_factory=dict)  # start -> positions
     status: SeqStatus = SeqStatus.PREFILL
     next_token: int | None = None
+    leader: SeqState | None = None  # a request reading this one's prefix, waited for
+    share_until: int = 0  # positions taken from the leader's cells once they exist
+    n_shared: int = 0  # prompt tokens taken from the cells of requests still running
 
     @property
     def n_past(self) -> int:
@@ -95,14 +115,24 @@ class RealignStep:
     copy_from: Slot | None = None
 
 
+@dataclass(frozen=True)
+class Join:
+    """A follower's sequence takes the first ``n_tokens`` cells of its leader's."""
+
+    source: Slot
+    target: Slot
+    n_tokens: int
+
+
 @dataclass
 class StepPlan:
-    """One step: ``entries`` decoded in ``groups`` (index lists into them, one decode each),
-    then at most one ``image`` read."""
+    """One step: ``joins`` applied first, then ``entries`` decoded in ``groups`` (index lists
+    into them, one decode each), then at most one ``image`` read."""
 
     entries: list[tuple[SeqState, BatchEntry]]
     image: ImageStep | None = None
     groups: list[list[int]] = field(default_factory=list)
+    joins: list[Join] = field(default_factory=list)
 
 
 class Scheduler:
@@ -113,6 +143,7 @@ class Scheduler:
         n_batch: Most tokens in one step.
         layout: How prompts are cut and what a new prompt keeps of cached cells.
         deterministic: Decode each sequence on its own, never beside another's rows.
+        prefix_sharing: Let requests wait for the cells of one still reading their prefix.
     """
 
     def __init__(
@@ -122,13 +153,27 @@ class Scheduler:
         layout: PrefillLayout | None = None,
         *,
         deterministic: bool = False,
+        prefix_sharing: bool = True,
     ) -> None:
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self.n_batch = n_batch
         self.layout = layout or PrefillLayout(0)
         self.deterministic = deterministic
+        self.prefix_sharing = prefix_sharing
         self.running: list[SeqState] = []
+        self.shared_tokens = 0  # prompt tokens followers took from their leaders' cells
         self._clock = 0
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> Scheduler:
+        """The scheduler of an engine made with ``config``."""
+        return cls(
+            config.n_seq_max,
+            config.n_batch,
+            PrefillLayout(config.prefill_block_size),
+            deterministic=config.deterministic,
+            prefix_sharing=config.prefix_sharing,
+        )
 
     @property
     def n_free(self) -> int:
@@ -191,13 +236,46 @@ class Scheduler:
             copy_from=copy_from,
             image_spans=image_spans,
         )
+        if copy_from is not None and copy_from.busy:
+            self._shared(seq, n_reused)
+        self._follow(seq)
         self.running.append(seq)
         return seq
+
+    def _shared(self, seq: SeqState, n: int) -> None:
+        """``seq`` now holds ``n`` prompt tokens taken from a running request's cells."""
+        self.shared_tokens += n - seq.n_shared
+        seq.n_shared = n
+
+    def _follow(self, seq: SeqState) -> None:
+        """Make ``seq`` wait for the request still reading the longest prefix it may keep, if
+        that is more than it holds (text-only prompts, in the aligned layout)."""
+        seq.leader, seq.share_until = None, 0
+        if not (self.prefix_sharing and self.layout.aligned) or seq.image_spans:
+            return
+        best, until = None, seq.n_past + self.layout.block - 1
+        for other in self.running:
+            if other is seq or other.leader is not None or other.image_spans:
+                continue
+            if other.status is not SeqStatus.PREFILL:
+                continue  # its prompt's cells exist: admission already kept what it could
+            n = self.layout.kept(
+                common_prefix(other.prompt, seq.prompt),
+                len(seq.prompt),
+                {},
+                exact=len(other.prompt) - 1,
+                cached_prompt=len(other.prompt),
+            )
+            if n > until:
+                best, until = other, n
+        if best is not None:
+            seq.leader, seq.share_until = best, until
 
     def forget(self, seq: SeqState) -> None:
         """The slot's cells could not be cut at ``n_reused``: start its prompt from scratch."""
         seq.slot.cut(0)
         seq.n_reused = 0
+        self._shared(seq, 0)
 
     def plan(self, drafts: Mapping[int, Sequence[int]] | None = None) -> StepPlan:
         """The next step: every decoding sequence's next token, then whole prompt chunks,
@@ -213,6 +291,8 @@ class Scheduler:
         for seq in self.running:
             if seq.status is not SeqStatus.PREFILL:
                 continue
+            if seq.leader is not None and not self._join(seq, plan):
+                continue  # its leader's cells are not there yet
             start = seq.n_past
             n_image = seq.image_spans.get(start)
             if n_image is not None:
@@ -243,6 +323,27 @@ class Scheduler:
         plan.groups = [[i] for i in indices] if self.deterministic else [indices] if indices else []
         return plan
 
+    def _join(self, seq: SeqState, plan: StepPlan) -> bool:
+        """Whether the follower ``seq`` reads this step: joined now (a ``Join`` planned, its
+        slot's bookkeeping updated), or orphaned and reading (or following) anew."""
+        leader = seq.leader
+        assert leader is not None
+        source, n = leader.slot, seq.share_until
+        if n <= seq.n_past:  # it holds as much already (restored from disk)
+            seq.leader = None
+            return True
+        if source.exact >= n and common_prefix(source.cached[:n], seq.prompt) == n:
+            plan.joins.append(Join(source, seq.slot, n))
+            seq.slot.cached[:] = seq.prompt[:n]
+            seq.slot.exact, seq.slot.unread[:] = n, []
+            self._shared(seq, n)
+            seq.n_reused, seq.copy_from, seq.leader = n, None, None
+            return True
+        if leader in self.running and leader.status is SeqStatus.PREFILL:
+            return False  # still reading toward it
+        self._follow(seq)  # the leader ended without the cells: another, or read alone
+        return seq.leader is None
+
     def decoded(self, plan: StepPlan, group: Sequence[int] | None = None) -> None:
         """The tokens of the plan's ``group`` of entries (all of them by default) are now in
         the cache."""
@@ -267,6 +368,7 @@ class Scheduler:
         seq.slot.exact = n_reused
         seq.n_reused = n_reused
         seq.copy_from = None
+        self._shared(seq, 0)  # what it held from a running request was replaced
 
     def rollback(self, seq: SeqState, n_keep: int) -> None:
         """The sequence's cells from position ``n_keep`` on were dropped (rejected drafts)."""

@@ -42,4 +42,5 @@ def snapshot(
         slots=tuple(slots),
         drafted_tokens=0 if speculation is None else speculation.stats.drafted,
         accepted_tokens=0 if speculation is None else speculation.stats.accepted,
+        shared_prompt_tokens=scheduler.shared_tokens,
     )
