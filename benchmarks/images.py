@@ -171,9 +171,11 @@ def runs(args: argparse.Namespace) -> Iterator[tuple[str, Round, Round]]:
     threads = args.threads or os.cpu_count() or 1
     match_weight_repacking()
     pngs = [picture(seed) for seed in range(args.users)]
+    # Not realigning answers while idle: the peer's turn would share the CPU with that work.
     config = EngineConfig(
-        model=model, mmproj=mmproj, n_seq_max=max(4, args.users), n_threads=threads
-    )
+        model=model, mmproj=mmproj, n_seq_max=max(4, args.users), n_threads=threads,
+        realign_when_idle=False,
+    )  # fmt: skip
     engine = Engine(config)
     peer = Peer(model, mmproj, threads)
     # Warm both up once (first graph builds), outside the timings.

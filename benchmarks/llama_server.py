@@ -142,7 +142,10 @@ def main() -> None:
     threads = os.cpu_count() or 1
     slots, n_ctx_per_seq = max(levels), 1024
 
-    config = EngineConfig(model=args.model, n_seq_max=slots, n_ctx_per_seq=n_ctx_per_seq)
+    # Not realigning answers while idle: the peer's turn would share the CPU with that work.
+    config = EngineConfig(
+        model=args.model, n_seq_max=slots, n_ctx_per_seq=n_ctx_per_seq, realign_when_idle=False
+    )
     measured: dict[int, tuple[BatchResult, BatchResult]] = {}
     mirror = not args.server_defaults
     with Engine(config) as engine:

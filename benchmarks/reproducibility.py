@@ -132,6 +132,15 @@ def concurrent_round(engine: Engine, n: int) -> dict[str, float]:
     }
 
 
+def quiet(engines: list[Engine]) -> None:
+    """Wait until no engine works: an idle engine realigns finished answers in the background,
+    which would otherwise land in the next measurement of another engine on the same worker."""
+    steps = -1
+    while (now := sum(engine.stats().steps for engine in engines)) != steps:
+        steps = now
+        time.sleep(0.5)
+
+
 def alternate(
     engines: dict[str, Engine], rounds: int, measure: Callable[[Engine], dict[str, float]]
 ) -> dict[str, dict[str, float]]:
@@ -140,6 +149,7 @@ def alternate(
     names = list(engines)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
+            quiet(list(engines.values()))
             seen[name].append(measure(engines[name]))
     return {
         name: {key: statistics.median(run[key] for run in runs) for key in runs[0]}

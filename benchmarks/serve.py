@@ -286,7 +286,8 @@ def main() -> None:
         "ours",
         [python, "-m", "llamacpp_integrations.cli", "serve", model, "--port", str(ours_port),
          "--slots", str(args.slots), "--ctx", str(args.ctx), "--threads", str(threads),
-         "--max-queued", str(args.max_queued), "--log-level", "warning"],
+         "--max-queued", str(args.max_queued), "--log-level", "warning",
+         "--no-idle-realign"],  # the peer's turn would share the CPU with that work
         ours_port,
         no_eos,
     )  # fmt: skip

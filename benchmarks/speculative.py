@@ -302,6 +302,7 @@ def engine_for(model: str, speculative: str | None, threads: int) -> Engine:
             model=model, n_seq_max=16, n_ctx_per_seq=1024, n_threads=threads,
             speculative=speculative,  # type: ignore[arg-type]
             speculative_grammar=True,  # (d) measures what speculating on grammar answers does
+            realign_when_idle=False,  # the peer's turn would share the CPU with that work
         )
     )  # fmt: skip
 

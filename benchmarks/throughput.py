@@ -356,7 +356,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     threads = os.cpu_count() or 1
 
     repacking = match_weight_repacking()  # the peer process applies the same rule
-    engine = Engine(EngineConfig(model=args.model, n_seq_max=16, n_ctx_per_seq=1024))
+    # Not realigning answers while idle: the peer's turn would share the CPU with that work.
+    engine = Engine(
+        EngineConfig(model=args.model, n_seq_max=16, n_ctx_per_seq=1024, realign_when_idle=False)
+    )
     peer = RemotePeer(engine.info.path, threads)
 
     print("# Throughput: llamacpp-integrations Engine vs llama-cpp-python Llama\n")

@@ -101,6 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
         n_ctx_per_seq=args.ctx,
         n_threads=args.threads,
         max_queued=args.max_queued,
+        realign_when_idle=not args.no_idle_realign,
     )
     policy = ImagePolicy(
         allow_remote=args.allow_image_urls,
@@ -137,6 +138,11 @@ def _add_serve(commands: Any) -> None:
     add("--ctx", type=int, default=None, help="context per sequence (default: sized to memory)")
     add("--threads", type=int, default=None, help="CPU threads (default: every core)")
     add("--max-queued", type=int, default=256, help="requests waiting before 429s")
+    add(
+        "--no-idle-realign",
+        action="store_true",
+        help="leave the CPU idle between requests (follow-up turns then read answers again)",
+    )
     add("--mmproj", default=None, help="image projector GGUF, or 'auto'")
     add("--model-name", default=None, help="the model's id in /v1/models")
     add("--request-timeout", type=float, default=None, help="seconds per generation (504)")

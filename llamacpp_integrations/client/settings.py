@@ -221,6 +221,7 @@ if TYPE_CHECKING:
         n_batch: int | None = None
         prefill_block: int | None = None
         deterministic: bool | None = None
+        realign_when_idle: bool | None = None
         prefix_sharing: bool | None = None
         n_threads: int | None = None
         n_gpu_layers: int | None = None

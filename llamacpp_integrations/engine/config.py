@@ -133,6 +133,10 @@ class EngineConfig:
             sequence's tokens, so a request's greedy tokens do not depend on what else runs
             (for evaluations and tests); concurrent requests then take turns step by step
             instead of sharing decodes. Speculative decoding cannot be combined with it.
+        realign_when_idle: While the engine has nothing to do, read finished answers again
+            in the prefill layout (into a free slot), so that a follow-up turn keeps them
+            instead of reading them again; ``False`` saves that work (one-shot traffic, or a
+            machine whose other programs should have the idle CPU).
         prefix_sharing: A request whose prompt shares a beginning (of at least one prefill
             block) with one still being read waits for that request's cells and copies them,
             reading only the rest, instead of reading the shared prefix again (needs the
@@ -228,6 +232,7 @@ class EngineConfig:
     n_batch: int = 512
     prefill_block: int | None = None
     deterministic: bool = False
+    realign_when_idle: bool = True
     prefix_sharing: bool = True
     n_threads: int | None = None
     n_gpu_layers: int | None = None

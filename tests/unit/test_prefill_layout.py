@@ -4,7 +4,8 @@ kept prefix always ending where reading the prompt again would have cut it."""
 from __future__ import annotations
 
 from llamacpp_integrations.engine.batch import PrefillLayout
-from llamacpp_integrations.engine.worker.scheduler import Scheduler, SeqState
+from llamacpp_integrations.engine.worker.scheduler import Scheduler
+from llamacpp_integrations.engine.worker.sequences import SeqState
 
 BLOCK = PrefillLayout(64)
 LOOSE = PrefillLayout(0)
@@ -139,7 +140,7 @@ def test_an_idle_answer_is_read_again_into_an_empty_slot_and_a_follow_up_keeps_i
     assert (follow_up.slot, follow_up.n_reused) == (step.slot, 128)
 
 
-def test_realigning_waits_for_idle_needs_an_empty_slot_and_yields_to_admission() -> None:
+def test_realigning_waits_for_idle_and_yields_to_admission() -> None:
     scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
     prompt, answer = list(range(1, 101)), list(range(500, 700))
     _answered(scheduler, prompt, answer)  # 300 positions: 3 blocks from 64 to 256
@@ -154,9 +155,21 @@ def test_realigning_waits_for_idle_needs_an_empty_slot_and_yields_to_admission()
     follow_up = scheduler.admit("f", [*prompt, *answer, 7])
     assert (follow_up.slot, follow_up.n_reused) == (step.slot, 128)
     assert not step.slot.unread
-    full = Scheduler(n_seq_max=1, n_batch=512, layout=BLOCK)
-    _answered(full, prompt, list(range(500, 560)))
-    assert full.realign() is None  # never evicts a cached conversation to realign
+
+
+def test_without_a_free_slot_an_answer_is_realigned_in_place() -> None:
+    scheduler = Scheduler(n_seq_max=1, n_batch=512, layout=BLOCK)
+    prompt, answer = list(range(1, 101)), list(range(500, 560))
+    seq = _answered(scheduler, prompt, answer)
+    step = scheduler.realign()
+    assert step is not None and step.slot is seq.slot and step.copy_from is None and step.drop
+    assert (step.entry.start_pos, len(step.entry.tokens)) == (64, 64)
+    assert seq.slot.cached == prompt[:64]  # the rest is dropped, then read again
+    scheduler.realigned(step)
+    assert (seq.slot.exact, seq.slot.cached) == (128, [*prompt, *answer][:128])
+    assert scheduler.realign() is None
+    repeat = scheduler.admit("again", prompt)  # a repeat now keeps the aligned 64
+    assert repeat.n_reused == 64
 
 
 # -- in-flight sharing ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from llamacpp_integrations.engine.worker.scheduler import Scheduler, SeqStatus
+from llamacpp_integrations.engine.worker.scheduler import Scheduler
+from llamacpp_integrations.engine.worker.sequences import SeqStatus
 
 
 def _finish(scheduler: Scheduler, seq_index: int = 0) -> None:

@@ -15,7 +15,7 @@ from ..results import FinishReason, StreamChunk, Timings, TokenLogprob, Usage
 from ..speculation.drafts import SeqSpeculation
 from .output import OutputProcessor
 from .requests import PreparedRequest
-from .scheduler import SeqState
+from .sequences import SeqState
 
 if TYPE_CHECKING:
     from ..native.sampler import SamplerChain

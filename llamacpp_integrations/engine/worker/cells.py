@@ -18,7 +18,8 @@ from ...errors import EngineError, LlamaCppIntegrationError
 from ..config import EngineConfig
 from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
 from ..prompt_cache.save_restore import SavedPrompts
-from .scheduler import Join, Scheduler, SeqState
+from .scheduler import Scheduler
+from .sequences import Join, SeqState
 
 __all__ = ["SequenceCells"]
 
@@ -43,8 +44,9 @@ class SequenceCells:
         self._scheduler = scheduler
         self._n_ctx_per_seq = n_ctx_per_seq
         self._context: GenerationContext | None = None
-        self.realigning = True
-        """False once reading an answer again failed: not retried on every idle step."""
+        self.realigning = config.realign_when_idle
+        """Whether finished answers are read again while idle (off when configured so, or
+        once it failed: not retried on every idle step)."""
         self.disk = None if config.prompt_cache_dir is None else SavedPrompts(model, config)
 
     @property
@@ -146,6 +148,8 @@ class SequenceCells:
                 self._context.remove(seq_id, 0)
                 if start > 0:
                     self._context.share_prefix(step.copy_from.seq_id, seq_id, start)
+            if step.drop and not self._context.remove(seq_id, start):
+                raise EngineError("its cells could not be cut")
             status, reason = self._context.decode([step.entry]), "no room in the KV cache"
         except EngineError as error:
             status, reason = DecodeStatus.NO_KV_SLOT, str(error)

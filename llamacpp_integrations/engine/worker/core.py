@@ -41,7 +41,8 @@ from .cells import SequenceCells
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .requests import PreparedRequest
-from .scheduler import ImageStep, Scheduler, SeqState, SeqStatus, StepPlan
+from .scheduler import Scheduler
+from .sequences import ImageStep, SeqState, SeqStatus, StepPlan
 from .stats import StatsBoard, snapshot
 
 __all__ = ["EngineCore"]

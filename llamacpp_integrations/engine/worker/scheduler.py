@@ -19,8 +19,9 @@ While nothing runs, finished answers are read again (``realign``): an answer's c
 made one token at a time, not as a longer prompt's chunks would make them, so a follow-up turn
 could keep none of them. Their tokens are read again, block by block, into an empty idle slot
 that starts from a copy of the answered slot's exact prefix (the answered slot stays as it is,
-for a repeat of its prompt); a follow-up then keeps the prefix up to the answer's last block
-boundary. One block per step, so new work waits for one block at most.
+for a repeat of its prompt), or, with no slot empty, in place (the cells from the last chunk
+start on are dropped and read again); a follow-up then keeps the prefix up to the answer's last
+block boundary. One block per step, so new work waits for one block at most.
 
 Images in a prompt are spans of positions holding a negative key (see ``native/vision.py``).
 They are evaluated apart from the batched text decode, one image per step, so running streams
@@ -29,110 +30,13 @@ keep flowing while an image is read; a text chunk never crosses into an image.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
+from .sequences import ImageStep, Join, RealignStep, SeqState, SeqStatus, Slot, StepPlan
 
-__all__ = [
-    "ImageStep",
-    "Join",
-    "RealignStep",
-    "Scheduler",
-    "SeqState",
-    "SeqStatus",
-    "Slot",
-    "StepPlan",
-]
-
-
-class SeqStatus(enum.Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-
-@dataclass
-class Slot:
-    """One KV sequence. ``cached`` is what its cells hold, position by position; the first
-    ``exact`` of them were made by reading a prompt of ``prompt_len`` positions in the prefill
-    layout (what another prompt may keep of them, see ``PrefillLayout.kept``). ``unread``: the
-    tokens an idle slot being realigned has still to read after ``cached``."""
-
-    seq_id: int
-    cached: list[int] = field(default_factory=list)
-    last_used: int = 0
-    busy: bool = False
-    exact: int = 0
-    prompt_len: int = 0
-    unread: list[int] = field(default_factory=list)
-
-    def cut(self, n: int) -> None:
-        """The cells from position ``n`` on are gone (and nothing is left to realign)."""
-        del self.cached[n:]
-        self.exact = min(self.exact, n)
-        self.unread.clear()
-
-
-@dataclass
-class SeqState:
-    """A request bound to a slot: how far its prompt went, and the token to decode next."""
-
-    request_id: str
-    prompt: Sequence[int]
-    slot: Slot
-    n_reused: int
-    copy_from: Slot | None = None
-    image_spans: Mapping[int, int] = field(default_factory=dict)  # start -> positions
-    status: SeqStatus = SeqStatus.PREFILL
-    next_token: int | None = None
-    leader: SeqState | None = None  # a request reading this one's prefix, waited for
-    share_until: int = 0  # positions taken from the leader's cells once they exist
-    n_shared: int = 0  # prompt tokens taken from the cells of requests still running
-
-    @property
-    def n_past(self) -> int:
-        return len(self.slot.cached)
-
-
-@dataclass(frozen=True)
-class ImageStep:
-    """One image of a prompt to evaluate: ``n_pos`` positions from ``start``."""
-
-    seq: SeqState
-    start: int
-    n_pos: int
-
-
-@dataclass(frozen=True)
-class RealignStep:
-    """One block of a finished answer read again into ``slot``; first, when ``copy_from`` is
-    given, the slot takes a copy of that slot's cells before ``entry.start_pos``."""
-
-    slot: Slot
-    entry: BatchEntry
-    copy_from: Slot | None = None
-
-
-@dataclass(frozen=True)
-class Join:
-    """A follower's sequence takes the first ``n_tokens`` cells of its leader's."""
-
-    source: Slot
-    target: Slot
-    n_tokens: int
-
-
-@dataclass
-class StepPlan:
-    """One step: ``joins`` applied first, then ``entries`` decoded in ``groups`` (index lists
-    into them, one decode each), then at most one ``image`` read."""
-
-    entries: list[tuple[SeqState, BatchEntry]]
-    image: ImageStep | None = None
-    groups: list[list[int]] = field(default_factory=list)
-    joins: list[Join] = field(default_factory=list)
+__all__ = ["Scheduler"]
 
 
 class Scheduler:
@@ -384,25 +288,30 @@ class Scheduler:
 
     def realign(self) -> RealignStep | None:
         """While nothing runs: the next block to read again of a finished answer (see the
-        module docstring), or ``None`` when there is none (or no empty slot to read into).
+        module docstring), or ``None`` when there is none.
         The caller decodes it and calls ``realigned``, or ``abandon`` when that failed."""
         choice = self._realign_choice()
         if choice is None:
             return None
         target, source, span = choice
-        copy_from = None
+        copy_from, drop = None, False
         if source is not None and span is not None:
             start, end = span
-            target.cached[:] = source.cached[:start]
-            target.unread[:] = source.cached[start:end]
+            unread = source.cached[start:end]
+            if target is source:  # no free slot: in place, the answered tail dropped
+                drop = True
+                target.cut(start)
+            else:
+                target.cached[:] = source.cached[:start]
+                copy_from = source
+            target.unread[:] = unread
             target.exact, target.prompt_len = start, 0
             self._clock += 1
             target.last_used = self._clock
-            copy_from = source
         start = len(target.cached)
         stop = self.layout.next_chunk_end(start, start + len(target.unread))
-        tokens = target.unread[: stop - start]
-        return RealignStep(target, BatchEntry(target.seq_id, tokens, start, False), copy_from)
+        entry = BatchEntry(target.seq_id, target.unread[: stop - start], start, False)
+        return RealignStep(target, entry, copy_from, drop)
 
     def realign_wanted(self) -> bool:
         """Whether ``realign`` has a block to read now."""
@@ -428,12 +337,10 @@ class Scheduler:
             if slot.unread:
                 return slot, None, None
         empty = next((slot for slot in idle if not slot.cached), None)
-        if empty is None:
-            return None
         for source in sorted(idle, key=lambda slot: slot.last_used, reverse=True):
             span = self.layout.realign_span(source.cached, source.exact)
             if span is not None and not self._holds_exactly(source.cached[: span[1]]):
-                return empty, source, span
+                return empty or source, source, span
         return None
 
     def _holds_exactly(self, tokens: Sequence[int]) -> bool:

@@ -1,0 +1,220 @@
+"""Requests that share a prompt prefix: ours with in-flight sharing, ours without, llama-server.
+
+Fan-out: sixteen chats over one ~1,600-token system prompt, each with its own one-line question,
+sent at once to a cold engine (the system prompt starts with a fresh session line each round, so
+nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Unrelated:
+sixteen short prompts with nothing in common, to show sharing costs nothing where it cannot help.
+
+Sides take turns, one llama.cpp process busy at a time: our engine in this process (sharing on,
+then off: ``EngineConfig(prefix_sharing=False)``) and llama-server in its own process with its
+defaults except ``-np 16`` (its default context, the model's 8,192 tokens, shared by the slots).
+Figures: wall time, mean and P99 time to first token; ratios against llama-server and against
+ours without sharing.
+
+    python benchmarks/shared_prefix.py --server .cache/llama-server/build/bin/llama-server
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import results
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from llamacpp_integrations.engine import (
+    ChatMessage,
+    ChatRequest,
+    Engine,
+    EngineConfig,
+    SamplingParams,
+)
+from llamacpp_integrations.models import resolve_model_path
+from tests.live.llama_servers import LlamaServerProcess
+
+N = 16
+MAX_TOKENS = 32
+SYSTEM = " ".join(
+    f"Rule {i}: a question about topic {i} goes to desk {i % 7}, which opens at {7 + i % 4} and "
+    f"closes at {15 + i % 5}; answers cite section {i} and name the duty officer of shift {i % 3}."
+    for i in range(42)
+)
+QUESTIONS = [f"Which desk handles topic {i}, and when does it open?" for i in range(N)]
+UNRELATED = [
+    "Why is the sky blue?", "Name three rivers.", "How do bees make honey?",
+    "What is a prime number?", "Describe a forest at night.", "How does a bicycle stay upright?",
+    "What do whales eat?", "Write a line about the sea.", "Count from one to ten.",
+    "What is the opposite of cold?", "Spell banana backwards.", "Name a yellow fruit.",
+    "How many legs does a spider have?", "Give a synonym for happy.", "What colour is grass?",
+    "Tell me a riddle.",
+]  # fmt: skip
+
+Chat = list[tuple[str, str]]
+Run = Callable[[list[Chat]], dict[str, float]]
+
+
+def fan_out(session: str) -> list[Chat]:
+    system = f"Session {session}. {SYSTEM}"
+    return [[("system", system), ("user", q)] for q in QUESTIONS]
+
+
+def summary(firsts: list[float], wall: float) -> dict[str, float]:
+    ordered = sorted(firsts)
+    return {
+        "wall_s": wall,
+        "mean_ttft_s": statistics.mean(firsts),
+        "p99_ttft_s": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+    }
+
+
+def at_once(one: Callable[[Chat, float], float], chats: list[Chat]) -> dict[str, float]:
+    """Every chat started together on its own thread; each returns its first-token time."""
+    firsts = [0.0] * len(chats)
+    start = time.perf_counter()
+
+    def run(i: int) -> None:
+        firsts[i] = one(chats[i], start)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(chats))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return summary(firsts, time.perf_counter() - start)
+
+
+def ours(engine: Engine) -> Run:
+    def one(chat: Chat, start: float) -> float:
+        request = ChatRequest(
+            messages=[ChatMessage(role=role, content=text) for role, text in chat],
+            max_tokens=MAX_TOKENS,
+            sampling=SamplingParams(temperature=0.0),
+        )
+        first = None
+        for chunk in engine.stream(request):
+            if first is None and chunk.token_ids:
+                first = time.perf_counter() - start
+        return first if first is not None else float("nan")
+
+    return lambda chats: at_once(one, chats)
+
+
+def server(port: int) -> Run:
+    def one(chat: Chat, start: float) -> float:
+        body = json.dumps(
+            {
+                "messages": [{"role": role, "content": text} for role, text in chat],
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0,
+                "stream": True,
+            }
+        )
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+        connection.request(
+            "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
+        )
+        first = None
+        for raw in connection.getresponse():
+            line = raw.decode("utf-8").strip()
+            if first is None and line.startswith("data: {") and '"content":"' in line:
+                first = time.perf_counter() - start
+        connection.close()
+        return first if first is not None else float("nan")
+
+    return lambda chats: at_once(one, chats)
+
+
+def measure(sides: dict[str, Run], rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Each side in turn: a cold fan-out, the same warm, and the unrelated prompts."""
+    seen: dict[str, dict[str, list[dict[str, float]]]] = {
+        name: {"cold": [], "warm": [], "unrelated": []} for name in sides
+    }
+    for r in range(rounds):
+        for name, run in sides.items():
+            chats = fan_out(f"{r}-{name}")
+            seen[name]["cold"].append(run(chats))
+            seen[name]["warm"].append(run(chats))
+            seen[name]["unrelated"].append(run([[("user", q)] for q in UNRELATED]))
+            cold = seen[name]["cold"][-1]["wall_s"]
+            print(f"round {r + 1}, {name}: cold fan-out {cold:.1f} s", flush=True)
+    return {
+        name: {
+            case: {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+            for case, runs in cases.items()
+        }
+        for name, cases in seen.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", default=os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER"))
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    model = resolve_model_path(args.model)
+    threads = os.cpu_count() or 1
+    # Not realigning answers while idle: the peer's turn would share the CPU with that work.
+    base = EngineConfig(
+        model=str(model), n_seq_max=N, n_ctx_per_seq=2048, n_threads=threads,
+        realign_when_idle=False,
+    )  # fmt: skip
+    process = None
+    if args.server and Path(args.server).exists():
+        # Its defaults but -np: -c 8192 is its default for this model (the training context).
+        process = LlamaServerProcess(
+            Path(args.server), model, threads=threads, slots=N, n_ctx_per_slot=8192 // N
+        ).start()
+    else:
+        print("no llama-server (--server): ours only", file=sys.stderr)
+    try:
+        with (
+            Engine(base) as sharing,
+            Engine(replace(base, prefix_sharing=False)) as plain,
+        ):
+            sides: dict[str, Run] = {"ours": ours(sharing), "ours, sharing off": ours(plain)}
+            if process is not None:
+                sides["llama-server"] = server(process.port)
+            figures = measure(sides, args.rounds)
+    finally:
+        if process is not None:
+            process.close()
+
+    names = list(figures)
+    print(f"\n## {N} chats over one system prompt, {MAX_TOKENS} greedy tokens each\n")
+    print("| case | figure | " + " | ".join(names) + " |")
+    print("|---|---|" + "---:|" * len(names))
+    for case in ("cold", "warm", "unrelated"):
+        for key in ("wall_s", "mean_ttft_s", "p99_ttft_s"):
+            cells = [f"{figures[n][case][key]:.2f}" for n in names]
+            print(f"| {case} | {key} | " + " | ".join(cells) + " |")
+    report: dict[str, Any] = {"figures": figures}
+    for peer in names[1:]:
+        ratios = {
+            f"{case} {key}": figures["ours"][case][key] / figures[peer][case][key]
+            for case in ("cold", "warm", "unrelated")
+            for key in ("wall_s", "mean_ttft_s")
+        }
+        report.setdefault("ratios", {})[peer] = ratios
+        print(f"\nours / {peer}: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    results.write(
+        args.json,
+        "shared_prefix",
+        {"model": args.model, "threads": threads, "rounds": args.rounds, "n": N},
+        **report,
+    )
+
+
+if __name__ == "__main__":
+    main()
