@@ -655,6 +655,34 @@ def reproducibility_section(found: dict[str, dict[str, Any]], headline: list[str
     return lines
 
 
+def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    run = found.get("shared_prefix")
+    if run is None:
+        return []
+    figures = run["figures"]
+    names = list(figures)
+    lines = [
+        "## Shared prompt prefixes",
+        "",
+        f"{run['settings']['n']} chats over one ~1,600-token system prompt sent at once, cold "
+        "(nothing cached) and warm (the same again), and 16 unrelated short chats; 32 greedy "
+        f"tokens each ({where(run)}). Seconds.",
+        "",
+        "| case | figure | " + " | ".join(names) + " |",
+        "|---|---|" + "---:|" * len(names),
+    ]
+    for case in ("cold", "warm", "unrelated"):
+        for key in ("wall_s", "mean_ttft_s", "p99_ttft_s"):
+            cells = " | ".join(f"{figures[name][case][key]:.2f}" for name in names)
+            lines.append(f"| {case} | {key} | {cells} |")
+    for peer, ratios in run.get("ratios", {}).items():
+        headline.append(
+            f"| shared prefix, 16 at once, cold: wall vs {peer} | {ratios['cold wall_s']:.2f}x |"
+        )
+    lines.append("")
+    return lines
+
+
 def render() -> str:
     found = load()
     headline: list[str] = []
@@ -670,6 +698,7 @@ def render() -> str:
         *speculative_section(found, headline),
         *prompt_cache_section(found, headline),
         *reproducibility_section(found, headline),
+        *shared_prefix_section(found, headline),
     ]
     page = [
         "# Benchmarks",
