@@ -664,7 +664,7 @@ def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str])
     lines = [
         "## Shared prompt prefixes",
         "",
-        f"{run['settings']['n']} chats over one ~1,600-token system prompt sent at once, cold "
+        f"{run['settings']['n']} chats over one ~1,900-token system prompt sent at once, cold "
         "(nothing cached) and warm (the same again), and 16 unrelated short chats; 32 greedy "
         f"tokens each ({where(run)}). Seconds.",
         "",

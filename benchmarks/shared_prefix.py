@@ -1,13 +1,14 @@
 """Requests that share a prompt prefix: ours with in-flight sharing, ours without, llama-server.
 
-Fan-out: sixteen chats over one ~1,600-token system prompt, each with its own one-line question,
+Fan-out: sixteen chats over one ~1,900-token system prompt, each with its own one-line question,
 sent at once to a cold engine (the system prompt starts with a fresh session line each round, so
 nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Unrelated:
 sixteen short prompts with nothing in common, to show sharing costs nothing where it cannot help.
 
 Sides take turns, one llama.cpp process busy at a time: our engine in this process (sharing on,
 then off: ``EngineConfig(prefix_sharing=False)``) and llama-server in its own process with its
-defaults except ``-np 16`` (its default context, the model's 8,192 tokens, shared by the slots).
+defaults except ``-np 16`` and ``-c`` (2,048 tokens a slot, as ours per sequence: its default
+context, the model's 8,192 tokens over 16 slots, is too short for the prompt).
 Figures: wall time, mean and P99 time to first token; ratios against llama-server and against
 ours without sharing.
 
@@ -43,6 +44,7 @@ from llamacpp_integrations.models import resolve_model_path
 from tests.live.llama_servers import LlamaServerProcess
 
 N = 16
+N_CTX = 2048  # per sequence (slot), both sides
 MAX_TOKENS = 32
 SYSTEM = " ".join(
     f"Rule {i}: a question about topic {i} goes to desk {i % 7}, which opens at {7 + i % 4} and "
@@ -123,8 +125,12 @@ def server(port: int) -> Run:
         connection.request(
             "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
         )
+        response = connection.getresponse()
+        if response.status != 200:
+            answer = response.read()[:300]
+            raise RuntimeError(f"llama-server answered {response.status}: {answer!r}")
         first = None
-        for raw in connection.getresponse():
+        for raw in response:
             line = raw.decode("utf-8").strip()
             if first is None and line.startswith("data: {") and '"content":"' in line:
                 first = time.perf_counter() - start
@@ -167,14 +173,15 @@ def main() -> None:
     threads = os.cpu_count() or 1
     # Not realigning answers while idle: the peer's turn would share the CPU with that work.
     base = EngineConfig(
-        model=str(model), n_seq_max=N, n_ctx_per_seq=2048, n_threads=threads,
+        model=str(model), n_seq_max=N, n_ctx_per_seq=N_CTX, n_threads=threads,
         realign_when_idle=False,
     )  # fmt: skip
     process = None
     if args.server and Path(args.server).exists():
-        # Its defaults but -np: -c 8192 is its default for this model (the training context).
+        # Its defaults but -np and -c: each slot gets the context ours gives a sequence (its
+        # default, the model's 8,192 tokens split over 16 slots, is too short for the prompt).
         process = LlamaServerProcess(
-            Path(args.server), model, threads=threads, slots=N, n_ctx_per_slot=8192 // N
+            Path(args.server), model, threads=threads, slots=N, n_ctx_per_slot=N_CTX
         ).start()
     else:
         print("no llama-server (--server): ours only", file=sys.stderr)

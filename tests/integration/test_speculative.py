@@ -98,12 +98,12 @@ def greedy_request(text: str, **kwargs: object) -> ChatRequest:
 
 @pytest.fixture(scope="module")
 def identical(engines: tuple[Engine, Engine]) -> list[bool]:
-    """Over 56 prompts: whether each gave identical tokens (quotes, grammar, free chat)."""
+    """Over 27 prompts: whether each gave identical tokens (quotes, grammar, free chat)."""
     plain, spec = engines
-    cases = [greedy_request(q) for q in QUOTES]
+    cases = [greedy_request(q) for q in QUOTES[::2]]
     cases += [greedy_request(q, grammar=RECORD) for q in GRAMMAR_PROMPTS]
-    cases += [greedy_request(q, stop=["."]) for q in QUOTES[:8]]
-    cases += [greedy_request(q) for q in QUESTIONS]
+    cases += [greedy_request(q, stop=["."]) for q in QUOTES[1:8:2]]
+    cases += [greedy_request(q) for q in QUESTIONS[::2]]
     before = spec.stats()
     out = []
     for request in cases:
@@ -116,7 +116,7 @@ def identical(engines: tuple[Engine, Engine]) -> list[bool]:
 
 
 def test_greedy_tokens_are_the_same_with_and_without_speculation(identical: list[bool]) -> None:
-    assert len(identical) >= 50
+    assert len(identical) >= 25
     # Near-ties are rare: most answers are identical token for token.
     assert sum(identical) >= 0.8 * len(identical), identical
 
