@@ -76,7 +76,7 @@ class PrefillLayout:
         if start >= n_prompt - 1:
             end = n_prompt  # the last token, alone
         else:
-            end = min([(start // self.block + 1) * self.block, n_prompt - 1, *later_images])
+            end = min([self.next_chunk_end(start, n_prompt - 1), *later_images])
         return end if end - start <= room else None
 
     def kept(

@@ -139,8 +139,10 @@ class SequenceCells:
         """Read the next block of a finished answer again into its slot; False when there was
         none, or it failed (then the slot is emptied, and ``realigning`` turns off: a follow-up
         reads the answer instead)."""
+        if not self.realigning or self._context is None:
+            return False
         step = self._scheduler.realign()
-        if step is None or self._context is None:
+        if step is None:
             return False
         seq_id, start = step.slot.seq_id, step.entry.start_pos
         try:

@@ -155,11 +155,14 @@ class EngineCore:
         """Whether a finished answer waits to be read again (``SequenceCells.realign``)."""
         return not self.closing and self.cells.can_realign
 
-    def realign(self) -> None:
-        """Read one block of a finished answer again; only while the worker has no work."""
-        if self.cells.realign():
-            self.steps += 1
-            self.publish()
+    def realign(self) -> bool:
+        """Read one block of a finished answer again, if one waits; only while the worker has
+        no work. Whether it did."""
+        if self.closing or not self.cells.realign():
+            return False
+        self.steps += 1
+        self.publish()
+        return True
 
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""

@@ -341,9 +341,7 @@ class ModelHost:
             if not any(core.busy for core in cores):
                 # Idle: one block of a finished answer read again, so new work waits for one
                 # block at most and no engine of this worker is slowed while it has work.
-                waiting = next((core for core in cores if core.can_realign), None)
-                if waiting is not None:
-                    waiting.realign()
+                any(core.realign() for core in cores)
 
     def _wait_for_work(self) -> list[Callable[[], None]]:
         """Control messages to run, once something needs the worker (sleeping until then)."""
