@@ -40,6 +40,7 @@ __all__ = [
     "ImageLoadError",
     "ImageLoadReason",
     "InvalidRequestError",
+    "KVCacheFullError",
     "LlamaCppIntegrationError",
     "ModelLoadError",
     "OutputTruncatedError",
@@ -209,6 +210,12 @@ class RequestTimeoutError(_PartialResultError, TimeoutError):
 
 class EngineError(_PartialResultError):
     """llama.cpp reported a failure while serving this request; other requests go on."""
+
+
+class KVCacheFullError(EngineError):
+    """A unified KV cache had no cell left for this request's next token while running
+    requests held them all: it ends here (the newest answer is the one ended), the others go
+    on. A larger ``kv_cells`` or a smaller ``n_seq_max`` avoids it."""
 
 
 class OutputTruncatedError(_PartialResultError):

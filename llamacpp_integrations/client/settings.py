@@ -228,6 +228,7 @@ if TYPE_CHECKING:
         kv_memory_budget: int | None = None
         flash_attention: bool | None = None
         kv_unified: bool | None = None
+        kv_cells: int | None = None
         use_mmap: bool | None = None
         weight_repacking: bool | None = None
         use_mlock: bool | None = None

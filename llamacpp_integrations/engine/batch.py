@@ -54,10 +54,13 @@ class PrefillLayout:
 
     ``block`` of ``0`` turns the alignment off: chunks take what the batch has room for and a
     prompt keeps every cached token it shares (faster to reuse, but a cached repeat may then
-    answer differently).
+    answer differently). Without ``exact_keeps`` chunks are still aligned (so requests reading
+    one prefix can share its cells at block edges), but a prompt keeps every cached token it
+    shares: in a unified KV cache, where the cells lie changes an answer's rounding anyway.
     """
 
     block: int
+    exact_keeps: bool = True
 
     @property
     def aligned(self) -> bool:
@@ -96,7 +99,7 @@ class PrefillLayout:
         (sampling needs its logits), and an image is kept whole or not at all.
         """
         limit = min(n_shared, n_prompt - 1)
-        if not self.aligned:
+        if not (self.aligned and self.exact_keeps):
             return _outside_images(limit, image_spans)
         limit = min(limit, exact)
         if cached_prompt == n_prompt and limit == n_prompt - 1:
@@ -113,8 +116,8 @@ class PrefillLayout:
         could keep them: from the last chunk start at or before ``exact`` (a block boundary, or
         the end of an image) to the last block boundary of ``cached``. ``None`` when that would
         make no more cells exact, or would cross an image not yet exact (its embeddings are
-        gone; images are marked by negative keys)."""
-        if not self.aligned:
+        gone; images are marked by negative keys), or when any cached cell may be kept."""
+        if not (self.aligned and self.exact_keeps):
             return None
         end = len(cached) // self.block * self.block
         if end <= exact:

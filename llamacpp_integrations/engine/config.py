@@ -116,16 +116,19 @@ class EngineConfig:
             the weights, whichever engines use it.
         n_seq_max: How many sequences are decoded together; more requests wait in the queue.
         n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``None`` (the
-            default) takes the model's training context, reduced only as far as needed for
-            ``n_seq_max`` sequences' KV cache to fit ``kv_memory_budget``; ``0`` takes the
-            training context whatever it costs; a number is used as given.
+            default) takes the model's training context, reduced only as far as needed for the
+            KV cache (``kv_cells``, or with ``kv_unified=False`` ``n_seq_max`` streams) to fit
+            ``kv_memory_budget``; ``0`` takes the training context whatever it costs; a number
+            is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         prefill_block: Prompts are read in chunks that end at multiples of this many positions,
-            and their last token alone, so that a prefix kept from the cache holds exactly the
-            cells reading it again would make: a repeated or extended prompt gets the same
-            greedy answer with or without the cache; while the engine idles, finished answers
-            are read again in this layout, so a follow-up keeps them too (see
-            ``docs/reproducibility.md``). ``None``
+            and their last token alone, so that cells a prompt keeps from the cache (or from a
+            request reading the same prefix) are exactly those reading it again would make.
+            With a KV stream per sequence (``kv_unified=False``) a prompt keeps cached cells
+            only up to such an edge, so a repeated or extended prompt gets the same greedy
+            answer with or without the cache, and while the engine idles finished answers are
+            read again in this layout so that a follow-up keeps them (see
+            ``docs/reproducibility.md``); a unified cache keeps every shared cell. ``None``
             (the default): 64, or what ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
             when that is less; at most that much when given; ``0`` turns this off (chunks fill
             the batch, and a cached prefix is kept to the token).
@@ -135,8 +138,9 @@ class EngineConfig:
             instead of sharing decodes. Speculative decoding cannot be combined with it.
         realign_when_idle: While the engine has nothing to do, read finished answers again
             in the prefill layout (into a free slot), so that a follow-up turn keeps them
-            instead of reading them again; ``False`` saves that work (one-shot traffic, or a
-            machine whose other programs should have the idle CPU).
+            instead of reading them again (with ``kv_unified=False``; a unified cache keeps
+            them as they are); ``False`` saves that work (one-shot traffic, or a machine whose
+            other programs should have the idle CPU).
         prefix_sharing: A request whose prompt shares a beginning (of at least one prefill
             block) with one still being read waits for that request's cells and copies them,
             reading only the rest, instead of reading the shared prefix again (needs the
@@ -152,10 +156,16 @@ class EngineConfig:
         flash_attention: Flash attention on or off. ``None`` leaves it off on the CPU (there it
             slowed a single stream as its context grew, measured on 2 cores) and to llama.cpp's
             choice when layers are offloaded to a GPU.
-        kv_unified: One KV buffer for all sequences instead of one per sequence. Unified shares
-            a cached prefix between sequences without copying, but every decoded token then
-            attends over every cached cell, idle slots' included, which slowed single streams
-            by a third here; split copies a shared prefix's stream instead.
+        kv_unified: One KV cache of ``kv_cells`` cells for all sequences (``None``, the
+            default, unless ``deterministic``), as llama-server has: a prefix several requests
+            share occupies its cells once, one request may use up to ``n_ctx_per_seq`` of them,
+            and a request that finds no room waits for one that ends. ``False`` gives every
+            sequence a stream of its own (``n_seq_max`` times the memory): an answer then never
+            depends on what other sequences' cells the cache holds (see
+            ``docs/reproducibility.md``; ``deterministic`` needs it).
+        kv_cells: Cells of the unified cache. ``None``: ``n_seq_max * n_ctx_per_seq`` when
+            ``n_ctx_per_seq`` is set (every sequence can fill its context at once), else the
+            training context reduced to fit ``kv_memory_budget``.
         use_mmap: Map the weights instead of reading them into memory.
         weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
             types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
@@ -238,7 +248,8 @@ class EngineConfig:
     n_gpu_layers: int | None = None
     kv_memory_budget: int | None = None
     flash_attention: bool | None = None
-    kv_unified: bool = False
+    kv_unified: bool | None = None
+    kv_cells: int | None = None
     use_mmap: bool = True
     weight_repacking: bool | None = None
     use_mlock: bool = False
@@ -281,6 +292,7 @@ class EngineConfig:
         checks = {
             "n_seq_max": self.n_seq_max >= 1,
             "n_ctx_per_seq": self.n_ctx_per_seq is None or self.n_ctx_per_seq >= 0,
+            "kv_cells": self.kv_cells is None or self.kv_cells >= 1,
             "n_gpu_layers": self.n_gpu_layers is None or self.n_gpu_layers >= -1,
             "kv_memory_budget": self.kv_memory_budget is None or self.kv_memory_budget >= 0,
             "n_batch": self.n_batch >= 8,
@@ -317,11 +329,26 @@ class EngineConfig:
                 "deterministic=True decodes each sequence alone, and speculative decoding "
                 "verifies drafts in batches of other shapes: leave speculative unset"
             )
+        if self.deterministic and self.kv_unified:
+            raise InvalidRequestError(
+                "deterministic=True needs a KV stream per sequence (in a unified cache an "
+                "answer depends on where other sequences' cells lie): leave kv_unified unset"
+            )
+        if self.kv_cells is not None and self.kv_unified is False:
+            raise InvalidRequestError(
+                "kv_cells sizes the unified KV cache; with kv_unified=False each sequence has "
+                "n_ctx_per_seq cells: set one or the other"
+            )
         if self.flash_attention is False and self.type_v in QUANTIZED_KV_TYPES:
             raise InvalidRequestError(
                 f"type_v={self.type_v!r} (a quantized V cache) needs flash attention in "
                 "llama.cpp: leave flash_attention unset (None) or True, or use type_v='f16'"
             )
+
+    @property
+    def unified_kv(self) -> bool:
+        """``kv_unified`` resolved: unified unless set off or ``deterministic``."""
+        return self.kv_unified if self.kv_unified is not None else not self.deterministic
 
     @property
     def prefill_block_size(self) -> int:

@@ -103,7 +103,7 @@ class Engine:
             self.n_ctx_per_seq = self.context_choice.n_ctx_per_seq
             log.info("%s: %s", Path(config.model).name, self.context_choice.describe())
             attachment = host.attach(
-                config, inbox, n_ctx_per_seq=self.n_ctx_per_seq, embedding_pooling=pooling
+                config, inbox, kv=self.context_choice, embedding_pooling=pooling
             )
         except BaseException:
             host.release()

@@ -163,23 +163,38 @@ def kv_budget(
 
 @dataclass(frozen=True)
 class ContextChoice:
-    """The context of one sequence, and why."""
+    """The KV cache layout and the context of one sequence, and why.
+
+    Unified, ``n_cells`` cells are shared by ``n_seq_max`` sequences, each using at most
+    ``n_ctx_per_seq``; split, every sequence has ``n_ctx_per_seq`` cells of its own.
+    """
 
     n_ctx_per_seq: int
     n_seq_max: int
     kv_bytes_per_cell: int | None
     budget_bytes: int | None
     reason: str
+    unified: bool = False
+    n_cells: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.n_cells:
+            object.__setattr__(self, "n_cells", self.n_ctx_per_seq * self.n_seq_max)
 
     @property
     def kv_bytes(self) -> int | None:
-        """The KV cache of all sequences at this context."""
+        """The KV cache of all sequences."""
         if self.kv_bytes_per_cell is None:
             return None
-        return self.kv_bytes_per_cell * self.n_ctx_per_seq * self.n_seq_max
+        return self.kv_bytes_per_cell * self.n_cells
 
     def describe(self) -> str:
         kv = "unknown" if self.kv_bytes is None else f"{self.kv_bytes / 1024**2:.0f} MiB"
+        if self.unified:
+            return (
+                f"one KV cache of {self.n_cells} cells ({kv}) shared by {self.n_seq_max} "
+                f"sequences, up to {self.n_ctx_per_seq} tokens each ({self.reason})"
+            )
         return (
             f"context {self.n_ctx_per_seq} tokens x {self.n_seq_max} sequences, KV cache {kv} "
             f"({self.reason})"
@@ -195,42 +210,87 @@ def choose_context(
     type_k: str = "f16",
     type_v: str = "f16",
     n_ctx_train: int | None = None,
+    unified: bool = False,
+    cells: int | None = None,
 ) -> ContextChoice:
     """The context per sequence: ``requested`` when given (``0``: the training context), else
-    the training context (``n_ctx_train``, else the shape's) reduced to fit ``budget_bytes``
-    for ``n_seq_max`` sequences."""
+    the training context (``n_ctx_train``, else the shape's) reduced to fit ``budget_bytes``.
+
+    Split, the budget holds ``n_seq_max`` streams of that context. Unified, it holds one cache
+    of ``cells`` cells when given, else of ``n_seq_max`` times a requested context, else of
+    the training context (fitted to the budget), and a sequence may fill all of it.
+    """
     train = n_ctx_train or (shape.n_ctx_train if shape is not None else None)
     per_cell = None if shape is None else shape.kv_bytes_per_cell(type_k, type_v)
-
-    def choice(n_ctx: int, reason: str) -> ContextChoice:
-        return ContextChoice(n_ctx, n_seq_max, per_cell, budget_bytes, reason)
-
     if requested is not None and requested < 0:
         raise InvalidRequestError(f"n_ctx_per_seq must be >= 0 or None, got {requested}")
+    if unified:
+        return _unified_choice(
+            train,
+            per_cell,
+            requested=requested,
+            n_seq_max=n_seq_max,
+            budget=budget_bytes,
+            cells=cells,
+        )
+    n_ctx, reason = _fitted(train, per_cell, requested, budget_bytes, n_seq_max)
+    return ContextChoice(n_ctx, n_seq_max, per_cell, budget_bytes, reason)
+
+
+def _unified_choice(
+    train: int | None,
+    per_cell: int | None,
+    *,
+    requested: int | None,
+    n_seq_max: int,
+    budget: int | None,
+    cells: int | None,
+) -> ContextChoice:
+    if cells is not None:
+        n_cells, reason = cells, "kv_cells set explicitly"
+        n_ctx = min(requested or train or UNKNOWN_TRAINING_CONTEXT, cells)
+    elif requested:
+        n_ctx, n_cells = requested, requested * n_seq_max
+        reason = "n_ctx_per_seq set explicitly: room for every sequence's whole context"
+    else:
+        n_cells, reason = _fitted(train, per_cell, requested, budget, 1)
+        n_ctx = n_cells
+    return ContextChoice(n_ctx, n_seq_max, per_cell, budget, reason, True, n_cells)
+
+
+def _fitted(
+    train: int | None,
+    per_cell: int | None,
+    requested: int | None,
+    budget_bytes: int | None,
+    n_streams: int,
+) -> tuple[int, str]:
+    """Cells of one of ``n_streams`` streams: ``requested``, or the training context fitted
+    to ``budget_bytes``; and why."""
     if requested:
-        return choice(requested, "set explicitly")
+        return requested, "set explicitly"
     if train is None:
-        return choice(UNKNOWN_TRAINING_CONTEXT, "the header gives no training context")
+        return UNKNOWN_TRAINING_CONTEXT, "the header gives no training context"
     if requested == 0:
-        return choice(train, "the training context, asked for with 0")
+        return train, "the training context, asked for with 0"
     if per_cell is None or budget_bytes is None:
-        return choice(train, "the training context; the memory budget is unknown")
-    fits = budget_bytes // (per_cell * n_seq_max)
+        return train, "the training context; the memory budget is unknown"
+    fits = budget_bytes // (per_cell * n_streams)
     if fits >= train:
-        return choice(train, "the training context, within the memory budget")
+        return train, "the training context, within the memory budget"
     stepped = fits // CONTEXT_STEP * CONTEXT_STEP
     if stepped >= MIN_CONTEXT:
-        return choice(stepped, f"reduced from the training context {train} to fit the budget")
+        return stepped, f"reduced from the training context {train} to fit the budget"
     floor = min(MIN_CONTEXT, train)
-    return choice(floor, f"the budget fits only {fits} tokens; using the smallest default")
+    return floor, f"the budget fits only {fits} tokens; using the smallest default"
 
 
 def context_for(
     config: EngineConfig, info: GGUFInfo, *, free_memory: int | None, weights_there: int
 ) -> ContextChoice:
-    """``config``'s context per sequence for the model ``info`` describes, where the KV cache
-    goes into memory with ``free_memory`` bytes free, ``weights_there`` of them still to be
-    taken by the weights."""
+    """``config``'s KV layout and context per sequence for the model ``info`` describes, where
+    the KV cache goes into memory with ``free_memory`` bytes free, ``weights_there`` of them
+    still to be taken by the weights."""
     budget = config.kv_memory_budget
     if budget is None:
         budget = kv_budget(free_memory, weights_there)
@@ -242,6 +302,8 @@ def context_for(
         type_k=config.type_k,
         type_v=config.type_v,
         n_ctx_train=info.context_length,
+        unified=config.unified_kv,
+        cells=config.kv_cells,
     )
 
 

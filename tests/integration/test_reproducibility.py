@@ -1,10 +1,12 @@
 """The same answer every time.
 
-By default, caching never changes a greedy answer: a prompt asked again (its prefix kept from
-the cache), asked after another that shares its beginning (part of it kept), or asked after the
-cache was cleared (read in full) gets the same tokens, because prompts are always read in the
-same position-aligned chunks (``PrefillLayout``). In deterministic mode a request's greedy
-tokens also do not depend on what else runs: alone, sixteen at once, or beside sampled traffic.
+With a KV stream per sequence (``kv_unified=False``), caching never changes a greedy answer: a
+prompt asked again (its prefix kept from the cache), asked after another that shares its
+beginning (part of it kept), or asked after the cache was cleared (read in full) gets the same
+tokens, because prompts are always read in the same position-aligned chunks
+(``PrefillLayout``). In deterministic mode (which takes that layout) a request's greedy tokens
+also do not depend on what else runs: alone, sixteen at once, or beside sampled traffic. The
+default unified cache trades that for memory; its own guarantees are tested below.
 
 These tests compare token for token on purpose: the engine guarantees these equalities on any
 CPU (same build, same thread count), whatever the kernels' rounding.
@@ -91,7 +93,9 @@ def _fresh(request: ChatRequest) -> ChatRequest:
 
 def test_caching_never_changes_a_greedy_answer(smollm_path: Path) -> None:
     requests = _forty()
-    config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024)
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024, kv_unified=False
+    )
     with Engine(config) as engine:
         first, again = [], []
         for request in requests:
@@ -119,7 +123,9 @@ def test_a_follow_up_keeps_the_answer_read_again_while_idle(smollm_path: Path) -
     """An answer's cells were made one token at a time, so a follow-up could keep none of
     them; while the engine idles they are read again in the prefill layout (into a free slot),
     and the follow-up keeps them up to the last block edge, answering as if read cold."""
-    config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=1024)
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=1024, kv_unified=False
+    )
     question = ChatMessage(role="user", content="Write a long story about a lighthouse keeper.")
     with Engine(config) as engine:
         block = config.prefill_block_size

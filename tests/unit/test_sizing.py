@@ -132,15 +132,39 @@ def test_an_8b_model_at_8_16_64_gib(
     tmp_path: Path, free_gib: int, eight_sequences: int, one_sequence: int
 ) -> None:
     """Llama-3.1-8B-shaped (128 KiB per cell, trained on 131072) with 4.58 GiB of weights
-    (Q4_K_M): half of what the weights leave, split over the sequences, in steps of 256."""
+    (Q4_K_M): half of what the weights leave, in steps of 256; split over the sequences'
+    streams, or in one unified cache that every sequence may fill."""
     info = read_gguf_info(write_header(tmp_path / "8b.gguf", **LLAMA_8B))
     weights = int(4.58 * GiB)
-    for n_seq_max, expected in ((8, eight_sequences), (1, one_sequence)):
-        config = EngineConfig(n_seq_max=n_seq_max)
+    for n_seq_max, unified, expected in (
+        (8, False, eight_sequences),
+        (1, False, one_sequence),
+        (8, None, one_sequence),
+    ):
+        config = EngineConfig(n_seq_max=n_seq_max, kv_unified=unified)
         choice = context_for(config, info, free_memory=free_gib * GiB, weights_there=weights)
         assert choice.n_ctx_per_seq == expected
+        assert choice.n_cells == expected * (1 if unified is None else n_seq_max)
         assert choice.kv_bytes is not None
         assert choice.kv_bytes <= (free_gib * GiB - weights) // 2
+
+
+def test_a_unified_cache_is_sized_once_for_all_sequences(tmp_path: Path) -> None:
+    """Like llama-server's: the training context (within the budget) for all sequences, each
+    allowed all of it; a set context per sequence gets room for every sequence's whole
+    context; ``kv_cells`` wins, and caps a sequence's context."""
+    info = read_gguf_info(write_header(tmp_path / "8b.gguf", **LLAMA_8B))
+    roomy = {"free_memory": 1000 * GiB, "weights_there": 0}
+    default = context_for(EngineConfig(), info, **roomy)
+    assert (default.unified, default.n_cells, default.n_ctx_per_seq) == (True, 131072, 131072)
+    assert default.kv_bytes == 131072 * 128 * 1024
+    assert "one KV cache of 131072 cells" in default.describe()
+    set_per_seq = context_for(EngineConfig(n_seq_max=4, n_ctx_per_seq=1024), info, **roomy)
+    assert (set_per_seq.n_cells, set_per_seq.n_ctx_per_seq) == (4096, 1024)
+    cells = context_for(EngineConfig(kv_cells=2048, n_ctx_per_seq=4096), info, **roomy)
+    assert (cells.n_cells, cells.n_ctx_per_seq) == (2048, 2048)
+    split = context_for(EngineConfig(deterministic=True), info, **roomy)
+    assert (split.unified, split.n_cells) == (False, 8 * 131072)
 
 
 def test_kv_memory_budget_setting_wins_over_the_measured_memory(tmp_path: Path) -> None:

@@ -261,16 +261,17 @@ class DecodeStatus:
 class GenerationContext:
     """A context of ``n_seq_max`` sequences, fed by batched decodes.
 
-    Each sequence holds ``n_ctx_per_seq`` cells. Split (the default), every sequence has a stream
-    of its own and attends over its own cells only; unified, all share one buffer, so a prefix can
-    be shared between sequences, but every token's attention spans every used cell.
+    ``n_cells`` cells in all. Unified, the sequences share them, so a prefix can be shared
+    between sequences by tagging its cells, but every token's attention spans every used cell
+    (where a sequence's cells lie then changes its rounding). Split, every sequence has a stream
+    of ``n_cells / n_seq_max`` cells of its own and attends over its own cells only.
     """
 
     def __init__(
         self,
         model: LoadedModel,
         *,
-        n_ctx_per_seq: int,
+        n_cells: int,
         n_seq_max: int,
         n_batch: int,
         n_threads: int,
@@ -280,7 +281,7 @@ class GenerationContext:
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         tune_context(params, tuning, kv_types=True)
-        params.n_ctx = n_ctx_per_seq * n_seq_max
+        params.n_ctx = n_cells
         params.flash_attn_type = {
             None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # llama.cpp decides
             True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -360,7 +361,7 @@ class GenerationContext:
 
         Unified, the same cells are tagged with both sequence ids (no copy). Split, llama.cpp
         copies only whole streams, so the stream is copied and the copy cut back: a memory copy
-        of ``n_ctx_per_seq`` cells, still far cheaper than evaluating the prefix again.
+        of a whole stream, still far cheaper than evaluating the prefix again.
         """
         if self.kv_unified:
             llama_cpp.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)

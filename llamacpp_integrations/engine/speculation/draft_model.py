@@ -25,6 +25,7 @@ from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry, common_prefix
 from ..config import EngineConfig
 from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
+from ..sizing import ContextChoice
 from .drafts import DraftWant
 
 __all__ = ["DraftModel", "check_same_vocab"]
@@ -70,19 +71,19 @@ class DraftModel:
             many engines draft with them; the target's own when it drafts for itself).
         target: The target model (its vocabulary is checked against the draft's).
         config: The engine's configuration (threads, batch size, sequences).
-        n_ctx_per_seq: Context of one sequence, as the target's.
+        kv: The KV cache's layout and size, as the target's.
 
     Raises:
         ModelLoadError: the draft's vocabulary is not the target's.
     """
 
     def __init__(
-        self, weights: LoadedModel, target: LoadedModel, config: EngineConfig, *, n_ctx_per_seq: int
+        self, weights: LoadedModel, target: LoadedModel, config: EngineConfig, *, kv: ContextChoice
     ) -> None:
         check_same_vocab(target, weights)
         self.model = weights  # the host's: shared with other engines, freed by the host
         self._config = config
-        self._n_ctx_per_seq = n_ctx_per_seq
+        self._kv = kv
         self._context: GenerationContext | None = None
         self._held: dict[int, list[int]] = {}  # sequence id -> tokens its cells hold
 
@@ -95,12 +96,12 @@ class DraftModel:
             # target's; the draft model runs as its GGUF says.
             self._context = GenerationContext(
                 self.model,
-                n_ctx_per_seq=self._n_ctx_per_seq,
+                n_cells=self._kv.n_cells,
                 n_seq_max=config.n_seq_max,
                 n_batch=config.n_batch,
                 n_threads=config.threads,
                 flash_attention=config.flash_attention_for(self.model.n_gpu_layers),
-                kv_unified=config.kv_unified,
+                kv_unified=self._kv.unified,
             )
         return self._context
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..batch import common_prefix
 from ..config import EngineConfig
+from ..sizing import ContextChoice
 from .drafts import DraftWant, SeqSpeculation, SpecStats
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class SpeculationStep:
         target: LoadedModel,
         draft_weights: LoadedModel | None,
         *,
-        n_ctx_per_seq: int,
+        kv: ContextChoice,
     ) -> SpeculationStep:
         """The speculation of an engine on ``target``, with a draft model on
         ``draft_weights`` (its context made here, on the worker) in ``"draft"`` mode."""
@@ -82,7 +83,7 @@ class SpeculationStep:
             from .draft_model import DraftModel
 
             assert draft_weights is not None
-            draft = DraftModel(draft_weights, target, config, n_ctx_per_seq=n_ctx_per_seq)
+            draft = DraftModel(draft_weights, target, config, kv=kv)
         return cls(config, draft_model=draft)
 
     def start(

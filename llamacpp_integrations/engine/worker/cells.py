@@ -18,6 +18,7 @@ from ...errors import EngineError, LlamaCppIntegrationError
 from ..config import EngineConfig
 from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
 from ..prompt_cache.save_restore import SavedPrompts
+from ..sizing import ContextChoice
 from .scheduler import Scheduler
 from .sequences import Join, SeqState
 
@@ -33,21 +34,26 @@ class SequenceCells:
         model: The weights the context is made on.
         config: The engine's configuration (sequences, batch, threads, cache layout, disk).
         scheduler: The engine's scheduler, whose slots say what the cells hold.
-        n_ctx_per_seq: Cells of one sequence.
+        kv: The KV cache's layout and size.
     """
 
     def __init__(
-        self, model: LoadedModel, config: EngineConfig, scheduler: Scheduler, *, n_ctx_per_seq: int
+        self, model: LoadedModel, config: EngineConfig, scheduler: Scheduler, *, kv: ContextChoice
     ) -> None:
         self._model = model
         self._config = config
         self._scheduler = scheduler
-        self._n_ctx_per_seq = n_ctx_per_seq
+        self._kv = kv
         self._context: GenerationContext | None = None
         self.realigning = config.realign_when_idle
         """Whether finished answers are read again while idle (off when configured so, or
         once it failed: not retried on every idle step)."""
         self.disk = None if config.prompt_cache_dir is None else SavedPrompts(model, config)
+
+    @property
+    def n_cells(self) -> int:
+        """Cells of the KV cache, over all sequences."""
+        return self._kv.n_cells
 
     @property
     def made(self) -> bool:
@@ -66,19 +72,18 @@ class SequenceCells:
             try:
                 self._context = GenerationContext(
                     self._model,
-                    n_ctx_per_seq=self._n_ctx_per_seq,
+                    n_cells=self._kv.n_cells,
                     n_seq_max=config.n_seq_max,
                     n_batch=config.n_batch,
                     n_threads=config.threads,
                     flash_attention=config.flash_attention_for(self._model.n_gpu_layers),
-                    kv_unified=config.kv_unified,
+                    kv_unified=self._kv.unified,
                     tuning=config,
                 )
             except LlamaCppIntegrationError as error:
                 raise EngineError(
-                    f"could not create the generation context ({config.n_seq_max} sequences "
-                    f"of {self._n_ctx_per_seq} tokens): {error}; lower n_seq_max or "
-                    "n_ctx_per_seq"
+                    f"could not create the generation context ({self._kv.describe()}): "
+                    f"{error}; lower n_seq_max, n_ctx_per_seq or kv_cells"
                 ) from error
         return self._context
 

@@ -24,6 +24,7 @@ from ...errors import (
     EngineClosedError,
     EngineError,
     InvalidRequestError,
+    KVCacheFullError,
     LlamaCppIntegrationError,
     RequestCancelledError,
     RequestTimeoutError,
@@ -35,6 +36,7 @@ from ..native.embedder import EmbeddingContext
 from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
 from ..native.vision import VisionProjector
 from ..results import FinishReason, StreamChunk
+from ..sizing import ContextChoice
 from ..speculation.step import DraftAsk, SpeculationStep
 from .active import ActiveRequest
 from .cells import SequenceCells
@@ -59,7 +61,7 @@ class EngineCore:
         config: EngineConfig,
         inbox: Inbox,
         *,
-        n_ctx_per_seq: int,
+        kv: ContextChoice,
         embedding_pooling: int,
         vision: VisionProjector | None = None,
         draft_weights: LoadedModel | None = None,
@@ -70,9 +72,9 @@ class EngineCore:
         self.config = config
         self.inbox = inbox
         self.board = StatsBoard()
-        self._n_ctx_per_seq = n_ctx_per_seq
+        self._n_ctx_per_seq = kv.n_ctx_per_seq
         self.scheduler = Scheduler.of(config)
-        self.cells = SequenceCells(model, config, self.scheduler, n_ctx_per_seq=n_ctx_per_seq)
+        self.cells = SequenceCells(model, config, self.scheduler, kv=kv)
         self.active: dict[str, ActiveRequest] = {}
         embedder = partial(
             EmbeddingContext,
@@ -95,9 +97,7 @@ class EngineCore:
         # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
         if config.speculative is not None:
-            self.speculation = SpeculationStep.for_engine(
-                config, model, draft_weights, n_ctx_per_seq=n_ctx_per_seq
-            )
+            self.speculation = SpeculationStep.for_engine(config, model, draft_weights, kv=kv)
 
     @property
     def busy(self) -> bool:
@@ -228,18 +228,20 @@ class EngineCore:
             self._decode_group(plan, group)
 
     def _decode_group(self, plan: StepPlan, group: list[int]) -> None:
-        pairs = [plan.entries[index] for index in group]
-        entries = [entry for _, entry in pairs]
         try:
-            status = self.context.decode(entries)
+            status = self.context.decode([plan.entries[index][1] for index in group])
             if status == DecodeStatus.NO_KV_SLOT:
                 self.drop_idle_caches()
-                status = self.context.decode(entries)
-            if status == DecodeStatus.NO_KV_SLOT:
-                raise EngineError("the KV cache has no room for this step")
+                status = self.context.decode([plan.entries[index][1] for index in group])
+            while status == DecodeStatus.NO_KV_SLOT and group:
+                group = self._make_room(plan, group)
+                status = self.context.decode([plan.entries[index][1] for index in group])
         except EngineError as error:
-            self._fail(pairs, error)
+            self._fail([plan.entries[index] for index in group], error)
             return
+        if not group:
+            return
+        pairs = [plan.entries[index] for index in group]
         self.steps += 1
         self.scheduler.decoded(plan, group)
         read_prompt = [
@@ -258,6 +260,22 @@ class EngineCore:
         if read_prompt:
             # After sampling, so the first token is not held up by the write.
             self.cells.save_prompts([seq for seq in read_prompt if seq.request_id in self.active])
+
+    def _make_room(self, plan: StepPlan, group: list[int]) -> list[int]:
+        """The unified cache has no room for the group even with idle cells freed: one of its
+        sequences gives up its cells (a prompt being read waits to read again, or else the
+        newest answer ends with ``KVCacheFullError``). The rest of the group."""
+        seq, waits = self.scheduler.make_room([plan.entries[index][0] for index in group])
+        self.context.remove(seq.slot.seq_id, 0)
+        if waits:
+            self.scheduler.pause(seq)
+        else:
+            error = KVCacheFullError(
+                f"the KV cache ({self.cells.n_cells} cells) is full with running requests' "
+                "cells; set a larger kv_cells or a smaller n_seq_max"
+            )
+            self._finish(self.active[seq.request_id], "error", error=error)
+        return [index for index in group if plan.entries[index][0] is not seq]
 
     def _decode_image(self, step: ImageStep) -> None:
         """Encode one image and decode its embeddings into its sequence.

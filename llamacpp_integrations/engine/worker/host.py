@@ -35,7 +35,7 @@ from ..config import EngineConfig, WeightsKey
 from ..native.devices import gpu_free_memory, gpu_offload_supported
 from ..native.runner import LoadedModel
 from ..native.vision import VisionProjector
-from ..sizing import OffloadChoice, choose_offload, host_available_memory
+from ..sizing import ContextChoice, OffloadChoice, choose_offload, host_available_memory
 from .core import EngineCore
 from .inbox import Inbox
 from .shared_files import SharedByFile
@@ -140,7 +140,7 @@ class ModelHost:
     # ---- callers ---------------------------------------------------------------------------
 
     def attach(
-        self, config: EngineConfig, inbox: Inbox, *, n_ctx_per_seq: int, embedding_pooling: int
+        self, config: EngineConfig, inbox: Inbox, *, kv: ContextChoice, embedding_pooling: int
     ) -> Attachment:
         """Build a core for ``config`` on the worker (loading its projector and LoRA adapters
         if new)."""
@@ -159,7 +159,7 @@ class ModelHost:
                     self.model,
                     config,
                     inbox,
-                    n_ctx_per_seq=n_ctx_per_seq,
+                    kv=kv,
                     embedding_pooling=embedding_pooling,
                     vision=vision,
                     draft_weights=draft,

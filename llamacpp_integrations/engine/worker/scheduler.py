@@ -74,7 +74,7 @@ class Scheduler:
         return cls(
             config.n_seq_max,
             config.n_batch,
-            PrefillLayout(config.prefill_block_size),
+            PrefillLayout(config.prefill_block_size, exact_keeps=not config.unified_kv),
             deterministic=config.deterministic,
             prefix_sharing=config.prefix_sharing,
         )
@@ -192,8 +192,10 @@ class Scheduler:
             if seq.status is SeqStatus.DECODE and seq.next_token is not None
         ]
         budget -= len(decoding)
+        if self.running and all(seq.paused for seq in self.running):
+            self._resume()  # nothing holds cells any more: they try again
         for seq in self.running:
-            if seq.status is not SeqStatus.PREFILL:
+            if seq.status is not SeqStatus.PREFILL or seq.paused:
                 continue
             if seq.leader is not None and not self._join(seq, plan):
                 continue  # its leader's cells are not there yet
@@ -356,3 +358,28 @@ class Scheduler:
         seq.slot.busy = False
         if not keep_cache:
             seq.slot.cut(0)
+        self._resume()  # its cells may be what a paused request waits for
+
+    def make_room(self, seqs: Sequence[SeqState]) -> tuple[SeqState, bool]:
+        """The cache had no room for a decode of ``seqs`` (idle cells already freed): the one
+        to give way, and whether it may wait (``pause`` it) rather than end. A sequence still
+        reading its prompt waits, the newest first, while another running request holds cells
+        that will free up; otherwise the newest answer ends."""
+        newest_first = [seq for seq in reversed(self.running) if seq in seqs]
+        holders = [seq for seq in self.running if seq.n_past > 0 and not seq.paused]
+        for seq in newest_first:
+            if seq.status is SeqStatus.PREFILL and any(h is not seq for h in holders):
+                return seq, True
+        return newest_first[0], False
+
+    def pause(self, seq: SeqState) -> None:
+        """``seq``'s cells were dropped to make room: it reads its prompt again from the start
+        once a request ends (its followers wait for it meanwhile)."""
+        seq.slot.cut(0)
+        seq.n_reused, seq.copy_from, seq.leader, seq.share_until = 0, None, None, 0
+        self._shared(seq, 0)
+        seq.paused = True
+
+    def _resume(self) -> None:
+        for seq in self.running:
+            seq.paused = False

@@ -54,6 +54,7 @@ class SeqState:
     leader: SeqState | None = None  # a request reading this one's prefix, waited for
     share_until: int = 0  # positions taken from the leader's cells once they exist
     n_shared: int = 0  # prompt tokens taken from the cells of requests still running
+    paused: bool = False  # its cells were given up for lack of room; reads again later
 
     @property
     def n_past(self) -> int:
