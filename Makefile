@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -84,6 +84,9 @@ bench-shared: models $(LLAMA_SERVER)
 bench-repro: models
 	$(BIN)/python benchmarks/reproducibility.py
 
+bench-fairness: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER)
+
 bench-lifecycle: models
 	$(BIN)/python benchmarks/lifecycle_rss.py --json benchmarks/results/lifecycle_rss.json
 
@@ -106,6 +109,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json
 	$(BIN)/python benchmarks/reproducibility.py --json $(RESULTS)/reproducibility.json
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
+	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER) --json $(RESULTS)/prefill_fairness.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed

@@ -665,19 +665,56 @@ def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str])
         "## Shared prompt prefixes",
         "",
         f"{run['settings']['n']} chats over one ~1,900-token system prompt sent at once, cold "
-        "(nothing cached) and warm (the same again), and 16 unrelated short chats; 32 greedy "
+        "(nothing cached) and warm (the same again), 32 short documents under one ~800-token "
+        "instruction (map, as `abatch` sends them), and 16 unrelated short chats; 32 greedy "
         f"tokens each ({where(run)}). Seconds.",
         "",
         "| case | figure | " + " | ".join(names) + " |",
         "|---|---|" + "---:|" * len(names),
     ]
-    for case in ("cold", "warm", "unrelated"):
+    for case in ("cold", "warm", "map", "unrelated"):
+        if case not in figures[names[0]]:
+            continue
         for key in ("wall_s", "mean_ttft_s", "p99_ttft_s"):
             cells = " | ".join(f"{figures[name][case][key]:.2f}" for name in names)
             lines.append(f"| {case} | {key} | {cells} |")
     for peer, ratios in run.get("ratios", {}).items():
         headline.append(
             f"| shared prefix, 16 at once, cold: wall vs {peer} | {ratios['cold wall_s']:.2f}x |"
+        )
+    memory = run.get("default_memory_mib")
+    if memory:
+        lines += ["", "Resident memory after one short answer with no settings (MiB): "]
+        lines[-1] += ", ".join(f"{name} {mib:.0f}" for name, mib in memory.items()) + "."
+        if "llama-server" in memory:
+            ratio = memory["ours"] / memory["llama-server"]
+            headline.append(f"| default memory after one answer vs llama-server | {ratio:.2f}x |")
+    lines.append("")
+    return lines
+
+
+def fairness_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    run = found.get("prefill_fairness")
+    if run is None:
+        return []
+    figures = run["figures"]
+    keys = ("gap_p50_ms", "gap_p99_ms", "gap_max_ms", "long_ttft_s")
+    lines = [
+        "## Streams beside a long prompt",
+        "",
+        f"{run['settings']['streams']} greedy streams while a ~4,000-token prompt is read: gaps "
+        "between their chunks during the read (ms), and the long prompt's time to first token "
+        f"(s) ({where(run)}; median of {run['settings']['rounds']}).",
+        "",
+        "| side | " + " | ".join(keys) + " |",
+        "|---|" + "---:|" * len(keys),
+    ]
+    for name, row in figures.items():
+        lines.append(f"| {name} | " + " | ".join(f"{row[k]:.2f}" for k in keys) + " |")
+    for name, ratios in run.get("ratios", {}).items():
+        headline.append(
+            f"| {name}: stream gap P99 beside a long prompt vs llama-server "
+            f"| {ratios['gap_p99_ms']:.2f}x |"
         )
     lines.append("")
     return lines
@@ -699,6 +736,7 @@ def render() -> str:
         *prompt_cache_section(found, headline),
         *reproducibility_section(found, headline),
         *shared_prefix_section(found, headline),
+        *fairness_section(found, headline),
     ]
     page = [
         "# Benchmarks",

@@ -2,8 +2,12 @@
 
 Fan-out: sixteen chats over one ~1,900-token system prompt, each with its own one-line question,
 sent at once to a cold engine (the system prompt starts with a fresh session line each round, so
-nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Unrelated:
-sixteen short prompts with nothing in common, to show sharing costs nothing where it cannot help.
+nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Map: 32
+short documents under one ~800-token instruction, sent at once, as LangChain's ``abatch`` of a
+map step sends them. Unrelated: sixteen short prompts with nothing in common, to show sharing
+costs nothing where it cannot help. Memory: each side's resident memory after one short answer
+with no settings at all (ours: ``ChatLlamaCpp(model=...)`` in a fresh process; llama-server:
+no flags but the model and port).
 
 Sides take turns, one llama.cpp process busy at a time: our engine in this process (sharing on,
 then off: ``EngineConfig(prefix_sharing=False)``) and llama-server in its own process with its
@@ -52,6 +56,19 @@ SYSTEM = " ".join(
     for i in range(42)
 )
 QUESTIONS = [f"Which desk handles topic {i}, and when does it open?" for i in range(N)]
+INSTRUCTION = (
+    " ".join(
+        f"Step {i}: when the document mentions item {i}, note its colour, its price band "
+        f"{i % 5} and whether store {i % 9} stocks it."
+        for i in range(30)
+    )
+    + " Summarise the document below in one sentence following these steps."
+)
+DOCUMENTS = [
+    f"Document {i}: a customer in town {i % 11} bought item {i} in blue, then asked about item "
+    f"{i + 3} and store {i % 9}, and returned item {i + 5} because it was {i % 4} days late."
+    for i in range(32)
+]
 UNRELATED = [
     "Why is the sky blue?", "Name three rivers.", "How do bees make honey?",
     "What is a prime number?", "Describe a forest at night.", "How does a bicycle stay upright?",
@@ -68,6 +85,47 @@ Run = Callable[[list[Chat]], dict[str, float]]
 def fan_out(session: str) -> list[Chat]:
     system = f"Session {session}. {SYSTEM}"
     return [[("system", system), ("user", q)] for q in QUESTIONS]
+
+
+def map_step(session: str) -> list[Chat]:
+    instruction = f"Session {session}. {INSTRUCTION}"
+    return [[("system", instruction), ("user", document)] for document in DOCUMENTS]
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+DEFAULT_CHAT = """
+import os, sys
+from llamacpp_integrations.langchain import ChatLlamaCpp
+ChatLlamaCpp(model=sys.argv[1], max_tokens=16).invoke("Say hello.")
+print(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])
+"""
+
+
+def default_memory(model: str, binary: Path | None, threads: int) -> dict[str, float]:
+    """Resident MiB after one short answer with no settings: ours, then llama-server."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", DEFAULT_CHAT, model], capture_output=True, text=True, check=True
+    )
+    memory = {"ours": int(out.stdout.split()[-1]) / 1024}
+    if binary is not None:
+        path = resolve_model_path(model)
+        process = LlamaServerProcess(binary, path, threads=threads, slots=None).start()
+        try:
+            server(process.port)([[("user", "Say hello.")]])
+            assert process.process is not None
+            memory["llama-server"] = rss_mib(process.process.pid)
+        finally:
+            process.close()
+    return memory
 
 
 def summary(firsts: list[float], wall: float) -> dict[str, float]:
@@ -143,13 +201,14 @@ def server(port: int) -> Run:
 def measure(sides: dict[str, Run], rounds: int) -> dict[str, dict[str, dict[str, float]]]:
     """Each side in turn: a cold fan-out, the same warm, and the unrelated prompts."""
     seen: dict[str, dict[str, list[dict[str, float]]]] = {
-        name: {"cold": [], "warm": [], "unrelated": []} for name in sides
+        name: {"cold": [], "warm": [], "map": [], "unrelated": []} for name in sides
     }
     for r in range(rounds):
         for name, run in sides.items():
             chats = fan_out(f"{r}-{name}")
             seen[name]["cold"].append(run(chats))
             seen[name]["warm"].append(run(chats))
+            seen[name]["map"].append(run(map_step(f"{r}-{name}")))
             seen[name]["unrelated"].append(run([[("user", q)] for q in UNRELATED]))
             cold = seen[name]["cold"][-1]["wall_s"]
             print(f"round {r + 1}, {name}: cold fan-out {cold:.1f} s", flush=True)
@@ -182,9 +241,13 @@ def main() -> None:
         # default, the model's 8,192 tokens split over 16 slots, is too short for the prompt).
         process = LlamaServerProcess(
             Path(args.server), model, threads=threads, slots=N, n_ctx_per_slot=N_CTX
-        ).start()
+        )
     else:
         print("no llama-server (--server): ours only", file=sys.stderr)
+    binary = Path(args.server) if process is not None else None
+    memory = default_memory(args.model, binary, threads)  # before anything else runs
+    if process is not None:
+        process.start()
     try:
         with (
             Engine(base) as sharing,
@@ -202,15 +265,19 @@ def main() -> None:
     print(f"\n## {N} chats over one system prompt, {MAX_TOKENS} greedy tokens each\n")
     print("| case | figure | " + " | ".join(names) + " |")
     print("|---|---|" + "---:|" * len(names))
-    for case in ("cold", "warm", "unrelated"):
+    for case in ("cold", "warm", "map", "unrelated"):
         for key in ("wall_s", "mean_ttft_s", "p99_ttft_s"):
             cells = [f"{figures[n][case][key]:.2f}" for n in names]
             print(f"| {case} | {key} | " + " | ".join(cells) + " |")
-    report: dict[str, Any] = {"figures": figures}
+    print("\n## Resident memory after one short answer, no settings (MiB)\n")
+    print(" | ".join(f"{name} {mib:.0f}" for name, mib in memory.items()))
+    if "llama-server" in memory:
+        print(f"ours / llama-server: {memory['ours'] / memory['llama-server']:.2f}x")
+    report: dict[str, Any] = {"figures": figures, "default_memory_mib": memory}
     for peer in names[1:]:
         ratios = {
             f"{case} {key}": figures["ours"][case][key] / figures[peer][case][key]
-            for case in ("cold", "warm", "unrelated")
+            for case in ("cold", "warm", "map", "unrelated")
             for key in ("wall_s", "mean_ttft_s")
         }
         report.setdefault("ratios", {})[peer] = ratios

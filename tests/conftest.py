@@ -43,10 +43,13 @@ def gemma_path() -> Path:
 
 @pytest.fixture(scope="session")
 def engine(smollm_path: Path) -> Iterator[Engine]:
-    """One engine for the read-only tests: 8 sequences of 1024 tokens."""
+    """One engine for the read-only tests: 8 sequences of 1024 tokens, each in a KV stream of
+    its own, so that a request's greedy answer does not depend on what earlier tests left in
+    the cache (the tests compare answers: a stream with its invoke, a repeat with the first)."""
     from llamacpp_integrations.engine.engine import Engine
 
-    with Engine(EngineConfig(model=str(smollm_path), n_seq_max=8, n_ctx_per_seq=1024)) as e:
+    config = EngineConfig(model=str(smollm_path), n_seq_max=8, n_ctx_per_seq=1024, kv_unified=False)
+    with Engine(config) as e:
         yield e
 
 

@@ -220,6 +220,7 @@ if TYPE_CHECKING:
         n_ctx_per_seq: int | None = None
         n_batch: int | None = None
         prefill_block: int | None = None
+        prefill_per_step: int | None = None
         deterministic: bool | None = None
         realign_when_idle: bool | None = None
         prefix_sharing: bool | None = None

@@ -41,6 +41,10 @@ QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
 # follow-up turn read more of the earlier prompt again.
 DEFAULT_PREFILL_BLOCK = 64
 
+# Prompt tokens per step beside generating streams (benchmarks/prefill_fairness.py measures
+# the pauses they cause against the long prompt's first token).
+DEFAULT_PREFILL_PER_STEP = 128
+
 __all__ = [
     "QUANTIZED_KV_TYPES",
     "WEIGHTS_FIELDS",
@@ -132,6 +136,11 @@ class EngineConfig:
             (the default): 64, or what ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
             when that is less; at most that much when given; ``0`` turns this off (chunks fill
             the batch, and a cached prefix is kept to the token).
+        prefill_per_step: Most prompt tokens read in one step while other requests are
+            generating, so that their streams keep flowing while a long prompt is read (each
+            step's time grows with the prompt tokens in it). ``None`` (the default): 128; at
+            least one prefill block; ``0``: no limit beyond ``n_batch`` (the fastest first token
+            for a long prompt, the longest pauses for the streams beside it).
         deterministic: Decode every sequence on its own, never in a batch beside another
             sequence's tokens, so a request's greedy tokens do not depend on what else runs
             (for evaluations and tests); concurrent requests then take turns step by step
@@ -241,6 +250,7 @@ class EngineConfig:
     n_ctx_per_seq: int | None = None
     n_batch: int = 512
     prefill_block: int | None = None
+    prefill_per_step: int | None = None
     deterministic: bool = False
     realign_when_idle: bool = True
     prefix_sharing: bool = True
@@ -298,6 +308,7 @@ class EngineConfig:
             "n_batch": self.n_batch >= 8,
             "prefill_block": self.prefill_block is None
             or 0 <= self.prefill_block <= self.n_batch - self.n_seq_max,
+            "prefill_per_step": self.prefill_per_step is None or self.prefill_per_step >= 0,
             "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
@@ -357,6 +368,15 @@ class EngineConfig:
         if self.prefill_block is not None:
             return self.prefill_block
         return max(1, min(DEFAULT_PREFILL_BLOCK, self.n_batch - self.n_seq_max))
+
+    @property
+    def prefill_step_tokens(self) -> int:
+        """Prompt tokens one step may read while others generate (``prefill_per_step``
+        resolved): never less than a block, so a prompt always moves on."""
+        limit = DEFAULT_PREFILL_PER_STEP if self.prefill_per_step is None else self.prefill_per_step
+        if limit == 0:
+            return self.n_batch
+        return min(self.n_batch, max(limit, self.prefill_block_size))
 
     def _check_choices(self) -> None:
         choices: dict[str, tuple[object, tuple[object, ...]]] = {

@@ -251,7 +251,7 @@ def _unified_choice(
         n_ctx = min(requested or train or UNKNOWN_TRAINING_CONTEXT, cells)
     elif requested:
         n_ctx, n_cells = requested, requested * n_seq_max
-        reason = "n_ctx_per_seq set explicitly: room for every sequence's whole context"
+        reason = "set explicitly"
     else:
         n_cells, reason = _fitted(train, per_cell, requested, budget, 1)
         n_ctx = n_cells

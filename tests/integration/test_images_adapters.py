@@ -25,7 +25,9 @@ from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.multimodal import ImagePolicy
 
 QUESTION = "Describe this picture."
-SETTINGS: dict[str, Any] = {"n_ctx_per_seq": 1024, "n_seq_max": 4}
+# A KV stream per sequence: these tests compare answers (one image in every form gets one
+# answer), which a unified cache would let depend on the cells earlier requests left.
+SETTINGS: dict[str, Any] = {"n_ctx_per_seq": 1024, "n_seq_max": 4, "kv_unified": False}
 
 
 def _png() -> bytes:

@@ -70,12 +70,13 @@ def test_batched_sequences_agree_with_solo_ones(engine: Engine, model: LoadedMod
     # The engine's own attention and KV layout settings, so the check covers what it runs.
     layout = {
         "flash_attention": engine.config.flash_attention_for(model.n_gpu_layers),
-        "kv_unified": engine.config.kv_unified,
+        "kv_unified": engine.context_choice.unified,
         "n_threads": engine.config.threads,
-        "n_ctx_per_seq": 512,
     }
-    batched_ctx = GenerationContext(model, n_seq_max=N_SEQ, n_batch=n_total, **layout)
-    solo_ctx = GenerationContext(model, n_seq_max=1, n_batch=512, **layout)
+    batched_ctx = GenerationContext(
+        model, n_cells=512 * N_SEQ, n_seq_max=N_SEQ, n_batch=n_total, **layout
+    )
+    solo_ctx = GenerationContext(model, n_cells=512, n_seq_max=1, n_batch=512, **layout)
     try:
         entries = [(seq_id, [*p, *c]) for seq_id, (p, c) in enumerate(sequences)]
         assert _decode_every_row(batched_ctx, entries) == 0

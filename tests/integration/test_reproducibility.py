@@ -93,9 +93,7 @@ def _fresh(request: ChatRequest) -> ChatRequest:
 
 def test_caching_never_changes_a_greedy_answer(smollm_path: Path) -> None:
     requests = _forty()
-    config = EngineConfig(
-        model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024, kv_unified=False
-    )
+    config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024, kv_unified=False)
     with Engine(config) as engine:
         first, again = [], []
         for request in requests:
@@ -123,9 +121,7 @@ def test_a_follow_up_keeps_the_answer_read_again_while_idle(smollm_path: Path) -
     """An answer's cells were made one token at a time, so a follow-up could keep none of
     them; while the engine idles they are read again in the prefill layout (into a free slot),
     and the follow-up keeps them up to the last block edge, answering as if read cold."""
-    config = EngineConfig(
-        model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=1024, kv_unified=False
-    )
+    config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=1024, kv_unified=False)
     question = ChatMessage(role="user", content="Write a long story about a lighthouse keeper.")
     with Engine(config) as engine:
         block = config.prefill_block_size

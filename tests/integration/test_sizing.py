@@ -25,9 +25,10 @@ def short_completion(prompt: list[int]) -> CompletionRequest:
 def test_context_shrinks_to_the_kv_budget_and_is_logged(
     smollm_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    budget = 8 * 4096 * SMOLLM_KV_BYTES_PER_TOKEN  # eight sequences of 4096 tokens
+    budget = 8 * 4096 * SMOLLM_KV_BYTES_PER_TOKEN  # eight streams of 4096 tokens
     caplog.set_level(logging.INFO, logger="llamacpp_integrations.engine")
-    with Engine(EngineConfig(model=str(smollm_path), kv_memory_budget=budget)) as engine:
+    config = EngineConfig(model=str(smollm_path), kv_memory_budget=budget, kv_unified=False)
+    with Engine(config) as engine:
         assert engine.info.n_ctx_per_seq == 4096
         assert "reduced" in engine.info.context_reason
         assert engine.info.n_gpu_layers == 0  # a CPU build of llama.cpp offloads nothing
@@ -40,6 +41,14 @@ def test_context_shrinks_to_the_kv_budget_and_is_logged(
             engine.generate(short_completion(prompt * 2))
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "context 4096 tokens x 8 sequences" in logged
+    # The default unified cache: the same budget holds one cache of 4096 cells for everyone.
+    caplog.clear()
+    unified = EngineConfig(model=str(smollm_path), kv_memory_budget=budget // 8)
+    with Engine(unified) as engine:
+        assert engine.info.n_ctx_per_seq == 4096 == engine.context_choice.n_cells
+        assert engine.generate(short_completion(prompt)).usage.prompt_tokens == len(prompt)
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert "one KV cache of 4096 cells (90 MiB) shared by 8 sequences" in logged
 
 
 @pytest.mark.parametrize(("model", "trained"), [("smollm", 8192), ("gemma", 32768)])

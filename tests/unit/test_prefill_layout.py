@@ -241,3 +241,29 @@ def test_followers_of_a_cancelled_leader_regroup() -> None:
     _step(scheduler), _step(scheduler), _step(scheduler)  # b: 64-128, 128-192, 192-200
     assert _step(scheduler) == {"b": (200, 201), "c": (200, 201)}
     assert c.n_reused == 200
+
+
+SHARED_CELLS = PrefillLayout(64, exact_keeps=False)
+
+
+def test_a_unified_cache_keeps_every_shared_cell_but_still_reads_in_blocks() -> None:
+    """Where cells lie in a unified cache changes an answer's rounding anyway, so a prompt keeps
+    every cell it shares (generated ones too), images whole; chunks still end at block edges
+    (followers join there), and nothing is read again while idle."""
+    assert SHARED_CELLS.kept(100, 150, {}, exact=0, cached_prompt=0) == 100
+    assert SHARED_CELLS.kept(400, 500, {}, exact=149, cached_prompt=150) == 400
+    assert SHARED_CELLS.kept(70, 150, {30: 50}, exact=149, cached_prompt=150) == 30
+    assert SHARED_CELLS.chunk_end(0, 150, [], room=512) == 64
+    assert SHARED_CELLS.realign_span(list(range(300)), 100) is None
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=SHARED_CELLS)
+    shared = list(range(1, 101))
+    leader = scheduler.admit("a", [*shared, 900])
+    follower = scheduler.admit("b", [*shared, 910])
+    assert (follower.leader, follower.share_until) == (leader, 100)  # to the token
+    assert _step(scheduler) == {"a": (0, 64)}
+    assert _step(scheduler) == {"a": (64, 100)}
+    assert _step(scheduler) == {"a": (100, 101), "b": (100, 101)}
+    assert follower.n_reused == 100
+    scheduler.release(leader, keep_cache=True)
+    scheduler.release(follower, keep_cache=True)
+    assert scheduler.realign() is None

@@ -104,3 +104,50 @@ def test_an_image_is_reused_whole_or_not_at_all() -> None:
     _finish(scheduler)
     same_image = scheduler.admit("c", [1, img, img, 4], {1: 2})
     assert same_image.n_reused == 3
+
+
+def test_without_room_the_newest_prompt_waits_and_reads_again_when_a_request_ends() -> None:
+    scheduler = Scheduler(n_seq_max=3, n_batch=64)
+    old = scheduler.admit("a", list(range(100, 110)))
+    scheduler.decoded(scheduler.plan())
+    old.next_token = 5
+    mid = scheduler.admit("b", list(range(200, 300)))
+    new = scheduler.admit("c", list(range(300, 400)))
+    plan = scheduler.plan()
+    scheduler.decoded(plan)
+    old.next_token = 6
+    # No room for the next step: the newest prompt being read gives way (it may wait, since
+    # others hold cells), then the next newest; an answer is never paused.
+    seqs = [seq for seq, _ in scheduler.plan().entries]
+    victim, waits = scheduler.make_room(seqs)
+    assert (victim, waits) == (new, True)
+    scheduler.pause(new)
+    assert new.n_past == 0 and new.paused
+    assert all(seq is not new for seq, _ in scheduler.plan().entries)
+    victim, waits = scheduler.make_room([old, mid])
+    assert (victim, waits) == (mid, True)
+    scheduler.pause(mid)
+    victim, waits = scheduler.make_room([old])
+    assert (victim, waits) == (old, False)  # only an answer left: it ends
+    scheduler.release(old, keep_cache=True)
+    assert not new.paused and not mid.paused
+    (seq, entry), *_ = scheduler.plan().entries  # they read again, from the start
+    assert (seq, entry.start_pos) == (mid, 0)
+
+
+def test_a_lone_prompt_that_finds_no_room_cannot_wait() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=64)
+    only = scheduler.admit("a", list(range(100, 200)))
+    assert scheduler.make_room([only]) == (only, False)
+
+
+def test_beside_generating_streams_a_step_reads_a_bounded_part_of_the_prompts() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, prefill_per_step=128)
+    alone = scheduler.admit("a", list(range(1000, 1400)))
+    plan = scheduler.plan()
+    assert [len(e.tokens) for _, e in plan.entries] == [400]  # nothing decodes: n_batch
+    scheduler.decoded(plan)
+    alone.next_token = 1
+    scheduler.admit("b", list(range(2000, 2400)))
+    plan = scheduler.plan()
+    assert [(s.request_id, len(e.tokens)) for s, e in plan.entries] == [("a", 1), ("b", 128)]

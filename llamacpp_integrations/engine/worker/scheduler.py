@@ -48,6 +48,8 @@ class Scheduler:
         layout: How prompts are cut and what a new prompt keeps of cached cells.
         deterministic: Decode each sequence on its own, never beside another's rows.
         prefix_sharing: Let requests wait for the cells of one still reading their prefix.
+        prefill_per_step: Most prompt tokens in a step that also decodes (``None``: no limit
+            beyond ``n_batch``).
     """
 
     def __init__(
@@ -58,12 +60,14 @@ class Scheduler:
         *,
         deterministic: bool = False,
         prefix_sharing: bool = True,
+        prefill_per_step: int | None = None,
     ) -> None:
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self.n_batch = n_batch
         self.layout = layout or PrefillLayout(0)
         self.deterministic = deterministic
         self.prefix_sharing = prefix_sharing
+        self.prefill_per_step = prefill_per_step
         self.running: list[SeqState] = []
         self.shared_tokens = 0  # prompt tokens followers took from their leaders' cells
         self._clock = 0
@@ -77,6 +81,7 @@ class Scheduler:
             PrefillLayout(config.prefill_block_size, exact_keeps=not config.unified_kv),
             deterministic=config.deterministic,
             prefix_sharing=config.prefix_sharing,
+            prefill_per_step=config.prefill_step_tokens,
         )
 
     @property
@@ -192,6 +197,11 @@ class Scheduler:
             if seq.status is SeqStatus.DECODE and seq.next_token is not None
         ]
         budget -= len(decoding)
+        # Beside generating streams a step reads a bounded part of the prompts: each token in
+        # it lengthens the step, and so the pause before every stream's next token.
+        prompt_room = budget
+        if decoding and self.prefill_per_step is not None:
+            prompt_room = min(budget, self.prefill_per_step)
         if self.running and all(seq.paused for seq in self.running):
             self._resume()  # nothing holds cells any more: they try again
         for seq in self.running:
@@ -205,7 +215,7 @@ class Scheduler:
                 if plan.image is None:
                     plan.image = ImageStep(seq, start, n_image)
                 continue
-            end = self.layout.chunk_end(start, len(seq.prompt), list(seq.image_spans), budget)
+            end = self.layout.chunk_end(start, len(seq.prompt), list(seq.image_spans), prompt_room)
             if end is None:
                 continue
             done = end == len(seq.prompt)
@@ -213,6 +223,7 @@ class Scheduler:
                 (seq, BatchEntry(seq.slot.seq_id, seq.prompt[start:end], start, done))
             )
             budget -= end - start
+            prompt_room -= end - start
         for seq in decoding:
             # Drafts only take room no prompt chunk or other sequence's next token needs.
             draft = list((drafts or {}).get(seq.slot.seq_id, ()))[: max(0, budget)]
