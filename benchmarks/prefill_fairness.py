@@ -5,7 +5,7 @@ Four greedy streams run (256 tokens each, past end-of-text); once each has a few
 ~4,000-token prompt arrives. Figures for the streams' gaps between chunks while that prompt is
 being read (median, P99, longest), and the long prompt's time to first token. Sides take turns,
 one llama.cpp process busy at a time: our engine with ``prefill_per_step`` at each value given
-(``0``: no bound but ``n_batch``), and llama-server in its own process (its defaults but
+(``0``: none, the default), and llama-server in its own process (its defaults but
 ``-np`` and ``-c``) when ``--server`` names it.
 
     python benchmarks/prefill_fairness.py --server .cache/llama-server/build/bin/llama-server
@@ -46,7 +46,7 @@ N_CTX = 5120  # per sequence (slot), both sides: room for the long prompt
 LONG = " ".join(
     f"Entry {i}: parcel {i * 7 % 101} left depot {i % 13} at {i % 24} hours, weighed {i % 50} kg "
     f"and went to town {i % 37}."
-    for i in range(190)
+    for i in range(130)
 )
 SHORT = [
     f"Tell a long story about a lighthouse keeper called Ada, part {i}." for i in range(STREAMS)
@@ -100,8 +100,9 @@ def server(port: int) -> Stream:
     return stream
 
 
-def one_round(stream: Stream) -> dict[str, float]:
-    """The streams, the long prompt among them; gaps while it is read, and its first token."""
+def one_round(stream: Stream, session: str) -> dict[str, float]:
+    """The streams, the long prompt among them; gaps while it is read, and its first token.
+    ``session`` opens the long prompt, so that no side finds it cached."""
     times: list[list[float]] = [[] for _ in range(STREAMS)]
     started = threading.Barrier(STREAMS + 1)
 
@@ -116,7 +117,7 @@ def one_round(stream: Stream) -> dict[str, float]:
         thread.start()
     started.wait()
     sent = time.perf_counter()
-    first = next(stream(LONG, 1))
+    first = next(stream(f"Log {session}. {LONG}", 1))
     for thread in threads:
         thread.join()
     gaps = [
@@ -139,7 +140,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", default=os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER"))
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--steps", default="128,0", help="prefill_per_step values (0: no bound)")
+    parser.add_argument("--steps", default="0,128", help="prefill_per_step values (0: no bound)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -165,7 +166,7 @@ def main() -> None:
                                 n_seq_max=STREAMS + 1,
                                 n_ctx_per_seq=N_CTX,
                                 n_threads=threads,
-                                prefill_per_step=s,
+                                prefill_per_step=s or None,
                             )
                         )
                     )
@@ -176,7 +177,7 @@ def main() -> None:
                 sides["llama-server"] = server(process.port)
             for r in range(args.rounds):
                 for name, stream in sides.items():
-                    seen[name].append(one_round(stream))
+                    seen[name].append(one_round(stream, f"{r}-{name}"))
                     print(f"round {r + 1}, {name}: {seen[name][-1]}", flush=True)
     finally:
         if process is not None:

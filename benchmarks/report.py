@@ -687,8 +687,11 @@ def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str])
         lines += ["", "Resident memory after one short answer with no settings (MiB): "]
         lines[-1] += ", ".join(f"{name} {mib:.0f}" for name, mib in memory.items()) + "."
         if "llama-server" in memory:
-            ratio = memory["ours"] / memory["llama-server"]
-            headline.append(f"| default memory after one answer vs llama-server | {ratio:.2f}x |")
+            for name in (n for n in memory if n != "llama-server"):
+                ratio = memory[name] / memory["llama-server"]
+                headline.append(
+                    f"| {name}: memory after one answer vs llama-server's default | {ratio:.2f}x |"
+                )
     lines.append("")
     return lines
 

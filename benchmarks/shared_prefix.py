@@ -9,10 +9,11 @@ costs nothing where it cannot help. Memory: each side's resident memory after on
 with no settings at all (ours: ``ChatLlamaCpp(model=...)`` in a fresh process; llama-server:
 no flags but the model and port).
 
-Sides take turns, one llama.cpp process busy at a time: our engine in this process (sharing on,
-then off: ``EngineConfig(prefix_sharing=False)``) and llama-server in its own process with its
-defaults except ``-np 16`` and ``-c`` (2,048 tokens a slot, as ours per sequence: its default
-context, the model's 8,192 tokens over 16 slots, is too short for the prompt).
+Sides take turns, one llama.cpp process busy at a time: our engine in this process (sharing on;
+sharing on in a unified KV cache, ``kv_unified=True``; sharing off, ``prefix_sharing=False``) and
+llama-server in its own process with its defaults except ``-np 16`` and ``-c`` (2,048 tokens a
+slot, as ours per sequence: its default context, the model's 8,192 tokens over 16 slots, is too
+short for the prompt).
 Figures: wall time, mean and P99 time to first token; ratios against llama-server and against
 ours without sharing.
 
@@ -101,21 +102,28 @@ def rss_mib(pid: int) -> float:
 
 
 DEFAULT_CHAT = """
-import os, sys
+import json, sys
 from llamacpp_integrations.langchain import ChatLlamaCpp
-ChatLlamaCpp(model=sys.argv[1], max_tokens=16).invoke("Say hello.")
+chat = ChatLlamaCpp(model=sys.argv[1], max_tokens=16, **json.loads(sys.argv[2]))
+chat.invoke("Say hello.")
 print(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])
 """
 
 
 def default_memory(model: str, binary: Path | None, threads: int) -> dict[str, float]:
-    """Resident MiB after one short answer with no settings: ours, then llama-server."""
+    """Resident MiB after one short answer with no settings (and ours with ``kv_unified``),
+    then llama-server's."""
     import subprocess
 
-    out = subprocess.run(
-        [sys.executable, "-c", DEFAULT_CHAT, model], capture_output=True, text=True, check=True
-    )
-    memory = {"ours": int(out.stdout.split()[-1]) / 1024}
+    memory = {}
+    for name, settings in (("ours", "{}"), ("ours, unified", '{"kv_unified": true}')):
+        out = subprocess.run(
+            [sys.executable, "-c", DEFAULT_CHAT, model, settings],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        memory[name] = int(out.stdout.split()[-1]) / 1024
     if binary is not None:
         path = resolve_model_path(model)
         process = LlamaServerProcess(binary, path, threads=threads, slots=None).start()
@@ -251,9 +259,14 @@ def main() -> None:
     try:
         with (
             Engine(base) as sharing,
+            Engine(replace(base, kv_unified=True)) as unified,
             Engine(replace(base, prefix_sharing=False)) as plain,
         ):
-            sides: dict[str, Run] = {"ours": ours(sharing), "ours, sharing off": ours(plain)}
+            sides: dict[str, Run] = {
+                "ours": ours(sharing),
+                "ours, unified": ours(unified),
+                "ours, sharing off": ours(plain),
+            }
             if process is not None:
                 sides["llama-server"] = server(process.port)
             figures = measure(sides, args.rounds)
@@ -272,7 +285,8 @@ def main() -> None:
     print("\n## Resident memory after one short answer, no settings (MiB)\n")
     print(" | ".join(f"{name} {mib:.0f}" for name, mib in memory.items()))
     if "llama-server" in memory:
-        print(f"ours / llama-server: {memory['ours'] / memory['llama-server']:.2f}x")
+        for name in ("ours", "ours, unified"):
+            print(f"{name} / llama-server: {memory[name] / memory['llama-server']:.2f}x")
     report: dict[str, Any] = {"figures": figures, "default_memory_mib": memory}
     for peer in names[1:]:
         ratios = {

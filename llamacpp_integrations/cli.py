@@ -90,19 +90,26 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from .engine import shared_engine
-    from .server import serve
-
-    config = EngineConfig(
+def serve_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine configuration ``serve``'s options describe."""
+    return EngineConfig(
         model=args.model,
         mmproj=args.mmproj,
         n_seq_max=args.slots,
         n_ctx_per_seq=args.ctx,
+        kv_cells=args.kv_cells,
+        kv_unified=args.unified_kv,
         n_threads=args.threads,
         max_queued=args.max_queued,
         realign_when_idle=not args.no_idle_realign,
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .engine import shared_engine
+    from .server import serve
+
+    config = serve_config(args)
     policy = ImagePolicy(
         allow_remote=args.allow_image_urls,
         allowed_dirs=tuple(Path(d).expanduser().resolve() for d in args.image_dir),
@@ -136,6 +143,12 @@ def _add_serve(commands: Any) -> None:
     )
     add("--slots", type=int, default=8, help="sequences decoded together (n_seq_max)")
     add("--ctx", type=int, default=None, help="context per sequence (default: sized to memory)")
+    add(
+        "--unified-kv",
+        action="store_true",
+        help="one KV cache for every slot: far less memory, answers that may depend on it",
+    )
+    add("--kv-cells", type=int, default=None, help="cells of the unified KV cache")
     add("--threads", type=int, default=None, help="CPU threads (default: every core)")
     add("--max-queued", type=int, default=256, help="requests waiting before 429s")
     add(

@@ -41,10 +41,6 @@ QUANTIZED_KV_TYPES = frozenset(get_args(KvCacheType)) - {"f32", "f16", "bf16"}
 # follow-up turn read more of the earlier prompt again.
 DEFAULT_PREFILL_BLOCK = 64
 
-# Prompt tokens per step beside generating streams (benchmarks/prefill_fairness.py measures
-# the pauses they cause against the long prompt's first token).
-DEFAULT_PREFILL_PER_STEP = 128
-
 __all__ = [
     "QUANTIZED_KV_TYPES",
     "WEIGHTS_FIELDS",
@@ -137,10 +133,11 @@ class EngineConfig:
             when that is less; at most that much when given; ``0`` turns this off (chunks fill
             the batch, and a cached prefix is kept to the token).
         prefill_per_step: Most prompt tokens read in one step while other requests are
-            generating, so that their streams keep flowing while a long prompt is read (each
-            step's time grows with the prompt tokens in it). ``None`` (the default): 128; at
-            least one prefill block; ``0``: no limit beyond ``n_batch`` (the fastest first token
-            for a long prompt, the longest pauses for the streams beside it).
+            generating (at least one prefill block). Each step's time grows with the prompt
+            tokens in it, and so does the pause before every stream's next token. A prompt
+            is read one block per step in the prefill layout anyway, so this matters when
+            several prompts are read at once beside running streams. ``None`` (the default):
+            no limit beyond ``n_batch``, the most throughput.
         deterministic: Decode every sequence on its own, never in a batch beside another
             sequence's tokens, so a request's greedy tokens do not depend on what else runs
             (for evaluations and tests); concurrent requests then take turns step by step
@@ -163,15 +160,18 @@ class EngineConfig:
             chosen for you. ``None``: half of the memory left after the weights, on the GPU
             when layers are offloaded, else in RAM.
         flash_attention: Flash attention on or off. ``None`` leaves it off on the CPU (there it
-            slowed a single stream as its context grew, measured on 2 cores) and to llama.cpp's
-            choice when layers are offloaded to a GPU.
-        kv_unified: One KV cache of ``kv_cells`` cells for all sequences (``None``, the
-            default, unless ``deterministic``), as llama-server has: a prefix several requests
-            share occupies its cells once, one request may use up to ``n_ctx_per_seq`` of them,
-            and a request that finds no room waits for one that ends. ``False`` gives every
-            sequence a stream of its own (``n_seq_max`` times the memory): an answer then never
-            depends on what other sequences' cells the cache holds (see
-            ``docs/reproducibility.md``; ``deterministic`` needs it).
+            read a 4,000-token prompt 0.8x as fast, measured on 2 cores), except with
+            ``kv_unified`` (on: it skips the cells of other sequences, which plain attention
+            reads), and to llama.cpp's choice when layers are offloaded to a GPU.
+        kv_unified: One KV cache of ``kv_cells`` cells for all sequences, as llama-server has,
+            instead of a stream of ``n_ctx_per_seq`` cells per sequence (the default): a
+            fraction of the memory (the training context once, not once per sequence), a
+            prefix several requests share held once, one request allowed all the cells, and a
+            request that finds no room waiting for one that ends. The costs, measured in
+            ``docs/performance.md``: every token attends over every used cell (flash attention,
+            which skips other sequences' cells, is then on by default), and an answer may
+            change with what else the cache holds (``docs/reproducibility.md``), so
+            ``deterministic`` cannot be combined with it.
         kv_cells: Cells of the unified cache. ``None``: ``n_seq_max * n_ctx_per_seq`` when
             ``n_ctx_per_seq`` is set (every sequence can fill its context at once), else the
             training context reduced to fit ``kv_memory_budget``.
@@ -258,7 +258,7 @@ class EngineConfig:
     n_gpu_layers: int | None = None
     kv_memory_budget: int | None = None
     flash_attention: bool | None = None
-    kv_unified: bool | None = None
+    kv_unified: bool = False
     kv_cells: int | None = None
     use_mmap: bool = True
     weight_repacking: bool | None = None
@@ -308,7 +308,7 @@ class EngineConfig:
             "n_batch": self.n_batch >= 8,
             "prefill_block": self.prefill_block is None
             or 0 <= self.prefill_block <= self.n_batch - self.n_seq_max,
-            "prefill_per_step": self.prefill_per_step is None or self.prefill_per_step >= 0,
+            "prefill_per_step": self.prefill_per_step is None or self.prefill_per_step >= 1,
             "max_queued": self.max_queued >= 1,  # 0 would leave no room for any request
             "embedding_n_ctx": self.embedding_n_ctx >= 8,
             "embedding_n_seq_max": self.embedding_n_seq_max >= 1,
@@ -345,21 +345,16 @@ class EngineConfig:
                 "deterministic=True needs a KV stream per sequence (in a unified cache an "
                 "answer depends on where other sequences' cells lie): leave kv_unified unset"
             )
-        if self.kv_cells is not None and self.kv_unified is False:
+        if self.kv_cells is not None and not self.kv_unified:
             raise InvalidRequestError(
-                "kv_cells sizes the unified KV cache; with kv_unified=False each sequence has "
-                "n_ctx_per_seq cells: set one or the other"
+                "kv_cells sizes the unified KV cache: set kv_unified=True (a stream per "
+                "sequence has n_ctx_per_seq cells)"
             )
         if self.flash_attention is False and self.type_v in QUANTIZED_KV_TYPES:
             raise InvalidRequestError(
                 f"type_v={self.type_v!r} (a quantized V cache) needs flash attention in "
                 "llama.cpp: leave flash_attention unset (None) or True, or use type_v='f16'"
             )
-
-    @property
-    def unified_kv(self) -> bool:
-        """``kv_unified`` resolved: unified unless set off or ``deterministic``."""
-        return self.kv_unified if self.kv_unified is not None else not self.deterministic
 
     @property
     def prefill_block_size(self) -> int:
@@ -373,10 +368,9 @@ class EngineConfig:
     def prefill_step_tokens(self) -> int:
         """Prompt tokens one step may read while others generate (``prefill_per_step``
         resolved): never less than a block, so a prompt always moves on."""
-        limit = DEFAULT_PREFILL_PER_STEP if self.prefill_per_step is None else self.prefill_per_step
-        if limit == 0:
+        if not self.prefill_per_step:
             return self.n_batch
-        return min(self.n_batch, max(limit, self.prefill_block_size))
+        return min(self.n_batch, max(self.prefill_per_step, self.prefill_block_size))
 
     def _check_choices(self) -> None:
         choices: dict[str, tuple[object, tuple[object, ...]]] = {
@@ -400,7 +394,9 @@ class EngineConfig:
         if self.flash_attention is None and self.type_v in QUANTIZED_KV_TYPES:
             return True
         if self.flash_attention is None and n_gpu_layers == 0:
-            return False
+            # Off on the CPU for a stream per sequence; on for a unified cache, where it skips
+            # other sequences' cells instead of attending over them.
+            return self.kv_unified
         return self.flash_attention
 
     @property

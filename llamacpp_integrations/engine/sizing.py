@@ -302,7 +302,7 @@ def context_for(
         type_k=config.type_k,
         type_v=config.type_v,
         n_ctx_train=info.context_length,
-        unified=config.unified_kv,
+        unified=config.kv_unified,
         cells=config.kv_cells,
     )
 

@@ -59,3 +59,13 @@ def test_chat_with_an_image(
     # Without a projector the image is refused, as an error message.
     assert main(["chat", "--model", str(smollm_path), "--image", str(picture)]) == 1
     assert "projector" in capsys.readouterr().err
+
+
+def test_serve_kv_layout_options_reach_the_engine_configuration() -> None:
+    from llamacpp_integrations.cli import build_parser, serve_config
+
+    default = serve_config(build_parser().parse_args(["serve", "m.gguf"]))
+    assert not default.kv_unified and default.kv_cells is None
+    unified = ["serve", "--unified-kv", "--kv-cells", "4096", "--slots", "4"]
+    sized = serve_config(build_parser().parse_args(unified))
+    assert (sized.kv_cells, sized.n_seq_max, sized.kv_unified) == (4096, 4, True)

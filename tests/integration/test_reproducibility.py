@@ -5,8 +5,8 @@ prompt asked again (its prefix kept from the cache), asked after another that sh
 beginning (part of it kept), or asked after the cache was cleared (read in full) gets the same
 tokens, because prompts are always read in the same position-aligned chunks
 (``PrefillLayout``). In deterministic mode (which takes that layout) a request's greedy tokens
-also do not depend on what else runs: alone, sixteen at once, or beside sampled traffic. The
-default unified cache trades that for memory; its own guarantees are tested below.
+also do not depend on what else runs: alone, sixteen at once, or beside sampled traffic. A
+unified cache (``kv_unified=True``) trades that for memory: ``test_unified_cache.py``.
 
 These tests compare token for token on purpose: the engine guarantees these equalities on any
 CPU (same build, same thread count), whatever the kernels' rounding.

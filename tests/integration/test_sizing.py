@@ -41,9 +41,9 @@ def test_context_shrinks_to_the_kv_budget_and_is_logged(
             engine.generate(short_completion(prompt * 2))
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "context 4096 tokens x 8 sequences" in logged
-    # The default unified cache: the same budget holds one cache of 4096 cells for everyone.
+    # A unified cache: an eighth of that budget holds one cache of 4096 cells for everyone.
     caplog.clear()
-    unified = EngineConfig(model=str(smollm_path), kv_memory_budget=budget // 8)
+    unified = EngineConfig(model=str(smollm_path), kv_memory_budget=budget // 8, kv_unified=True)
     with Engine(unified) as engine:
         assert engine.info.n_ctx_per_seq == 4096 == engine.context_choice.n_cells
         assert engine.generate(short_completion(prompt)).usage.prompt_tokens == len(prompt)

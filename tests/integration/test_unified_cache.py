@@ -1,4 +1,4 @@
-"""The default KV layout: one unified cache for all sequences, sized like llama-server's.
+"""``kv_unified=True``: one KV cache for all sequences, sized like llama-server's.
 
 Its cells are shared: the training context's worth for every sequence together, a prefix that
 requests share held once, and a request that finds no room waiting (or, when running answers
@@ -39,8 +39,8 @@ def _n_tokens(engine: Engine, request: ChatRequest) -> int:
     return len(engine.tokenize(engine.render_chat(request), parse_special=True))
 
 
-def test_the_default_is_one_cache_of_the_training_context(smollm_path: Path) -> None:
-    with Engine(EngineConfig(model=str(smollm_path))) as engine:
+def test_one_cache_of_the_training_context_for_all(smollm_path: Path) -> None:
+    with Engine(EngineConfig(model=str(smollm_path), kv_unified=True)) as engine:
         choice = engine.context_choice
         assert choice.unified and choice.n_cells == engine.info.n_ctx_train == 8192
         assert engine.info.n_ctx_per_seq == 8192  # one request may fill it
@@ -67,7 +67,9 @@ def test_requests_that_find_no_room_wait_for_cells(smollm_path: Path) -> None:
     """Four prompts of about 400 tokens in a cache of 1024 cells: they cannot all be read at
     once, so those that find no room give their cells back and read again once one ends.
     Every one finishes, and the engine ends idle with nothing leaked."""
-    config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024, kv_cells=1024)
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=1024, kv_cells=1024, kv_unified=True
+    )
     systems = [f"Depot list {k}. " + LONG for k in range(4)]  # unrelated from the first token
     requests = [_chat("Which depot opens first?", system=s, max_tokens=16) for s in systems]
     with Engine(config) as engine:
@@ -83,7 +85,9 @@ def test_requests_that_find_no_room_wait_for_cells(smollm_path: Path) -> None:
 def test_when_answers_hold_every_cell_the_newest_ends(smollm_path: Path) -> None:
     """Two answers that grow until the cache is full: the newest ends with the typed error,
     the other finishes at its own limit, and the engine serves the next request."""
-    config = EngineConfig(model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512, kv_cells=512)
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=2, n_ctx_per_seq=512, kv_cells=512, kv_unified=True
+    )
     question = ChatRequest(
         messages=[ChatMessage(role="user", content="Count to a thousand.")],
         sampling=GREEDY,
@@ -109,7 +113,9 @@ def test_when_answers_hold_every_cell_the_newest_ends(smollm_path: Path) -> None
 def test_a_shared_prefix_is_read_once_in_flight(smollm_path: Path) -> None:
     """Sixteen chats over one long system prompt at once: all but the one that reads it take
     its cells (tagged for each sequence, not copied) and read only their questions."""
-    config = EngineConfig(model=str(smollm_path), n_seq_max=16, n_ctx_per_seq=1024, kv_cells=4096)
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=16, n_ctx_per_seq=1024, kv_cells=4096, kv_unified=True
+    )
     n_requests = 16
     requests = [_chat(f"When does depot {i} open?") for i in range(n_requests)]
     with Engine(config) as engine:

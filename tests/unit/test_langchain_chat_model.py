@@ -38,20 +38,20 @@ def test_construction_loads_nothing() -> None:
 
 def test_profile_comes_from_the_gguf_header() -> None:
     # What one request gets from the engine these settings make: SmolLM2's trained 8192
-    # when that many cells fit the KV budget (23040 bytes a token), less when they do not;
-    # with a stream per sequence, when 8 streams of it fit.
+    # when 8 sequences of it fit the KV budget (23040 bytes a token), less when they do not;
+    # in a unified cache, when that many cells fit once.
     per_token = 23040
-    roomy = ChatLlamaCpp(model="smollm2-135m", kv_memory_budget=8192 * per_token).profile
+    roomy = ChatLlamaCpp(model="smollm2-135m", kv_memory_budget=8 * 8192 * per_token).profile
     assert roomy is not None
     assert roomy["max_input_tokens"] == 8192
     assert roomy["tool_calling"] and roomy["structured_output"]
     assert roomy["image_inputs"] is False
-    tight = ChatLlamaCpp(model="smollm2-135m", kv_memory_budget=1024 * per_token).profile
+    tight = ChatLlamaCpp(model="smollm2-135m", kv_memory_budget=8 * 1024 * per_token).profile
     assert tight is not None and tight["max_input_tokens"] == 1024
-    split = ChatLlamaCpp(
-        model="smollm2-135m", kv_unified=False, kv_memory_budget=8 * 1024 * per_token
+    unified = ChatLlamaCpp(
+        model="smollm2-135m", kv_unified=True, kv_memory_budget=8 * 1024 * per_token
     ).profile
-    assert split is not None and split["max_input_tokens"] == 1024
+    assert unified is not None and unified["max_input_tokens"] == 8192
     assert (
         ChatLlamaCpp(model="smollm2-135m", n_ctx_per_seq=1000).profile["max_input_tokens"] == 1000
     )  # type: ignore[index]

@@ -139,12 +139,12 @@ def test_an_8b_model_at_8_16_64_gib(
     for n_seq_max, unified, expected in (
         (8, False, eight_sequences),
         (1, False, one_sequence),
-        (8, None, one_sequence),
+        (8, True, one_sequence),
     ):
         config = EngineConfig(n_seq_max=n_seq_max, kv_unified=unified)
         choice = context_for(config, info, free_memory=free_gib * GiB, weights_there=weights)
         assert choice.n_ctx_per_seq == expected
-        assert choice.n_cells == expected * (1 if unified is None else n_seq_max)
+        assert choice.n_cells == expected * (1 if unified else n_seq_max)
         assert choice.kv_bytes is not None
         assert choice.kv_bytes <= (free_gib * GiB - weights) // 2
 
@@ -155,15 +155,17 @@ def test_a_unified_cache_is_sized_once_for_all_sequences(tmp_path: Path) -> None
     context; ``kv_cells`` wins, and caps a sequence's context."""
     info = read_gguf_info(write_header(tmp_path / "8b.gguf", **LLAMA_8B))
     roomy = {"free_memory": 1000 * GiB, "weights_there": 0}
-    default = context_for(EngineConfig(), info, **roomy)
-    assert (default.unified, default.n_cells, default.n_ctx_per_seq) == (True, 131072, 131072)
-    assert default.kv_bytes == 131072 * 128 * 1024
-    assert "one KV cache of 131072 cells" in default.describe()
-    set_per_seq = context_for(EngineConfig(n_seq_max=4, n_ctx_per_seq=1024), info, **roomy)
+    unified = context_for(EngineConfig(kv_unified=True), info, **roomy)
+    assert (unified.unified, unified.n_cells, unified.n_ctx_per_seq) == (True, 131072, 131072)
+    assert unified.kv_bytes == 131072 * 128 * 1024
+    assert "one KV cache of 131072 cells" in unified.describe()
+    per_seq = EngineConfig(kv_unified=True, n_seq_max=4, n_ctx_per_seq=1024)
+    set_per_seq = context_for(per_seq, info, **roomy)
     assert (set_per_seq.n_cells, set_per_seq.n_ctx_per_seq) == (4096, 1024)
-    cells = context_for(EngineConfig(kv_cells=2048, n_ctx_per_seq=4096), info, **roomy)
+    sized = EngineConfig(kv_unified=True, kv_cells=2048, n_ctx_per_seq=4096)
+    cells = context_for(sized, info, **roomy)
     assert (cells.n_cells, cells.n_ctx_per_seq) == (2048, 2048)
-    split = context_for(EngineConfig(deterministic=True), info, **roomy)
+    split = context_for(EngineConfig(), info, **roomy)  # the default: a stream per sequence
     assert (split.unified, split.n_cells) == (False, 8 * 131072)
 
 

@@ -29,7 +29,7 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "type_k": config.type_k,
         "type_v": config.type_v,
         "flash": config.flash_attention_for(model.n_gpu_layers),
-        "unified": config.unified_kv,
+        "unified": config.kv_unified,
         "lora": [(a.path, a.scale) for a in config.lora_adapters],
         "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
     }
