@@ -14,6 +14,9 @@ def test_flash_attention_defaults_off_on_cpu_and_to_llama_cpp_with_a_gpu() -> No
     assert EngineConfig().flash_attention_for(0) is False
     assert EngineConfig().flash_attention_for(-1) is None
     assert EngineConfig(flash_attention=True).flash_attention_for(0) is True
+    # A unified cache on the CPU: on, so that tokens skip other sequences' cells.
+    assert EngineConfig(kv_unified=True).flash_attention_for(0) is True
+    assert EngineConfig(kv_unified=True, flash_attention=False).flash_attention_for(0) is False
 
 
 def test_bad_values_are_named() -> None:
@@ -106,3 +109,16 @@ def test_the_draft_model_is_resolved_as_the_model_is(tmp_path: Path) -> None:
         model=str(model), speculative="draft", speculative_draft_model=str(draft)
     ).resolved()
     assert config.speculative_draft_model == str(draft.resolve())
+
+
+def test_the_unified_cache_settings_are_checked() -> None:
+    with pytest.raises(InvalidRequestError, match="deterministic"):
+        EngineConfig(deterministic=True, kv_unified=True)
+    with pytest.raises(InvalidRequestError, match="kv_unified=True"):
+        EngineConfig(kv_cells=4096)
+    with pytest.raises(InvalidRequestError, match="kv_cells"):
+        EngineConfig(kv_unified=True, kv_cells=0)
+    with pytest.raises(InvalidRequestError, match="prefill_per_step"):
+        EngineConfig(prefill_per_step=0)
+    assert EngineConfig(prefill_per_step=10).prefill_step_tokens == 64  # at least a block
+    assert EngineConfig().prefill_step_tokens == 512  # n_batch: no bound
