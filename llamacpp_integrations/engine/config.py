@@ -117,18 +117,18 @@ class EngineConfig:
         n_seq_max: How many sequences are decoded together; more requests wait in the queue.
         n_ctx_per_seq: Context (prompt + generated tokens) of one sequence. ``None`` (the
             default) takes the model's training context, reduced only as far as needed for the
-            KV cache (``kv_cells``, or with ``kv_unified=False`` ``n_seq_max`` streams) to fit
+            KV cache (``n_seq_max`` streams of it, or with ``kv_unified`` one cache) to fit
             ``kv_memory_budget``; ``0`` takes the training context whatever it costs; a number
             is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         prefill_block: Prompts are read in chunks that end at multiples of this many positions,
             and their last token alone, so that cells a prompt keeps from the cache (or from a
             request reading the same prefix) are exactly those reading it again would make.
-            With a KV stream per sequence (``kv_unified=False``) a prompt keeps cached cells
-            only up to such an edge, so a repeated or extended prompt gets the same greedy
-            answer with or without the cache, and while the engine idles finished answers are
-            read again in this layout so that a follow-up keeps them (see
-            ``docs/reproducibility.md``); a unified cache keeps every shared cell. ``None``
+            With a KV stream per sequence (the default) a prompt keeps cached cells only up to
+            such an edge, so a repeated or extended prompt gets the same greedy answer with or
+            without the cache, and while the engine idles finished answers are read again in
+            this layout so that a follow-up keeps them (see ``docs/reproducibility.md``); a
+            unified cache keeps every shared cell. ``None``
             (the default): 64, or what ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
             when that is less; at most that much when given; ``0`` turns this off (chunks fill
             the batch, and a cached prefix is kept to the token).
@@ -144,9 +144,9 @@ class EngineConfig:
             instead of sharing decodes. Speculative decoding cannot be combined with it.
         realign_when_idle: While the engine has nothing to do, read finished answers again
             in the prefill layout (into a free slot), so that a follow-up turn keeps them
-            instead of reading them again (with ``kv_unified=False``; a unified cache keeps
-            them as they are); ``False`` saves that work (one-shot traffic, or a machine whose
-            other programs should have the idle CPU).
+            instead of reading them again (a unified cache keeps them as they are); ``False``
+            saves that work (one-shot traffic, or a machine whose other programs should have
+            the idle CPU).
         prefix_sharing: A request whose prompt shares a beginning (of at least one prefill
             block) with one still being read waits for that request's cells and copies them,
             reading only the rest, instead of reading the shared prefix again (needs the
@@ -343,7 +343,7 @@ class EngineConfig:
         if self.deterministic and self.kv_unified:
             raise InvalidRequestError(
                 "deterministic=True needs a KV stream per sequence (in a unified cache an "
-                "answer depends on where other sequences' cells lie): leave kv_unified unset"
+                "answer depends on where other sequences' cells lie): leave kv_unified off"
             )
         if self.kv_cells is not None and not self.kv_unified:
             raise InvalidRequestError(
