@@ -666,13 +666,14 @@ def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str])
         "",
         f"{run['settings']['n']} chats over one ~1,900-token system prompt sent at once, cold "
         "(nothing cached) and warm (the same again), 32 short documents under one ~800-token "
-        "instruction (map, as `abatch` sends them), and 16 unrelated short chats; 32 greedy "
+        "instruction (map, as `abatch` sends them), 8 agents at once for 3 turns each under a "
+        "~1,700-token tool listing, and 16 unrelated short chats; 32 greedy "
         f"tokens each ({where(run)}). Seconds.",
         "",
         "| case | figure | " + " | ".join(names) + " |",
         "|---|---|" + "---:|" * len(names),
     ]
-    for case in ("cold", "warm", "map", "unrelated"):
+    for case in ("cold", "warm", "map", "agents", "unrelated"):
         if case not in figures[names[0]]:
             continue
         for key in ("wall_s", "mean_ttft_s", "p99_ttft_s"):

@@ -2,12 +2,13 @@
 
 Fan-out: sixteen chats over one ~1,900-token system prompt, each with its own one-line question,
 sent at once to a cold engine (the system prompt starts with a fresh session line each round, so
-nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Map: 32
-short documents under one ~800-token instruction, sent at once, as LangChain's ``abatch`` of a
-map step sends them. Unrelated: sixteen short prompts with nothing in common, to show sharing
-costs nothing where it cannot help. Memory: each side's resident memory after one short answer
-with no settings at all (ours: ``ChatLlamaCpp(model=...)`` in a fresh process; llama-server:
-no flags but the model and port).
+nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Map: 32 short
+documents under one ~800-token instruction, sent at once, as LangChain's ``abatch`` of a map step
+sends them. Agents: eight agents at once, each three turns (its whole history each turn) under one
+~1,700-token system prompt listing 14 tools as JSON schemas. Unrelated: sixteen short prompts with
+nothing in common, to show sharing costs nothing where it cannot help. Memory: each side's resident
+memory after one short answer with no settings at all (ours: ``ChatLlamaCpp(model=...)`` in a fresh
+process; llama-server: no flags but the model and port).
 
 Sides take turns, one llama.cpp process busy at a time: our engine in this process (sharing on;
 sharing on in a unified KV cache, ``kv_unified=True``; sharing off, ``prefix_sharing=False``) and
@@ -79,8 +80,30 @@ UNRELATED = [
     "Tell me a riddle.",
 ]  # fmt: skip
 
+AGENTS, TURNS = 8, 3
+TOOLS = json.dumps(
+    [
+        {
+            "name": f"tool_{i}",
+            "description": f"Looks up record type {i} in archive {i % 4} and returns its fields.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "record_id": {"type": "string", "description": f"the id of a type {i} record"},
+                    "fields": {"type": "array", "items": {"type": "string"}, "maxItems": i % 5 + 1},
+                    "strict": {"type": "boolean", "description": "fail on a missing field"},
+                },
+                "required": ["record_id"],
+            },
+        }
+        for i in range(14)
+    ]
+)
+TASKS = [f"Find the owner of record R-{100 + a} and the date it was filed." for a in range(AGENTS)]
+
 Chat = list[tuple[str, str]]
-Run = Callable[[list[Chat]], dict[str, float]]
+# A side answers one chat: the time of its first token after ``start``, and the answer.
+One = Callable[[Chat, float], tuple[float, str]]
 
 
 def fan_out(session: str) -> list[Chat]:
@@ -128,7 +151,7 @@ def default_memory(model: str, binary: Path | None, threads: int) -> dict[str, f
         path = resolve_model_path(model)
         process = LlamaServerProcess(binary, path, threads=threads, slots=None).start()
         try:
-            server(process.port)([[("user", "Say hello.")]])
+            server(process.port)([("user", "Say hello.")], time.perf_counter())
             assert process.process is not None
             memory["llama-server"] = rss_mib(process.process.pid)
         finally:
@@ -145,13 +168,13 @@ def summary(firsts: list[float], wall: float) -> dict[str, float]:
     }
 
 
-def at_once(one: Callable[[Chat, float], float], chats: list[Chat]) -> dict[str, float]:
-    """Every chat started together on its own thread; each returns its first-token time."""
+def at_once(one: One, chats: list[Chat]) -> dict[str, float]:
+    """Every chat started together on its own thread; first-token times from that start."""
     firsts = [0.0] * len(chats)
     start = time.perf_counter()
 
     def run(i: int) -> None:
-        firsts[i] = one(chats[i], start)
+        firsts[i], _ = one(chats[i], start)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(chats))]
     for thread in threads:
@@ -161,24 +184,46 @@ def at_once(one: Callable[[Chat, float], float], chats: list[Chat]) -> dict[str,
     return summary(firsts, time.perf_counter() - start)
 
 
-def ours(engine: Engine) -> Run:
-    def one(chat: Chat, start: float) -> float:
+def agents(one: One, session: str) -> dict[str, float]:
+    """``AGENTS`` agents at once, each ``TURNS`` turns in a row, every turn its whole history
+    under the shared tool listing; first-token times from each turn's start."""
+    firsts: list[float] = []
+    start = time.perf_counter()
+
+    def run(agent: int) -> None:
+        chat = [("system", f"Session {session}. Tools: {TOOLS}"), ("user", TASKS[agent])]
+        for turn in range(TURNS):
+            first, answer = one(chat, time.perf_counter())
+            firsts.append(first)
+            chat += [("assistant", answer), ("user", f"Tool result {turn}: done. Next step?")]
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in range(AGENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return summary(firsts, time.perf_counter() - start)
+
+
+def ours(engine: Engine) -> One:
+    def one(chat: Chat, start: float) -> tuple[float, str]:
         request = ChatRequest(
             messages=[ChatMessage(role=role, content=text) for role, text in chat],
             max_tokens=MAX_TOKENS,
             sampling=SamplingParams(temperature=0.0),
         )
-        first = None
+        first, text = float("nan"), []
         for chunk in engine.stream(request):
-            if first is None and chunk.token_ids:
+            if first != first and chunk.token_ids:  # nan: not yet
                 first = time.perf_counter() - start
-        return first if first is not None else float("nan")
+            text.append(chunk.text)
+        return first, "".join(text)
 
-    return lambda chats: at_once(one, chats)
+    return one
 
 
-def server(port: int) -> Run:
-    def one(chat: Chat, start: float) -> float:
+def server(port: int) -> One:
+    def one(chat: Chat, start: float) -> tuple[float, str]:
         body = json.dumps(
             {
                 "messages": [{"role": role, "content": text} for role, text in chat],
@@ -195,29 +240,37 @@ def server(port: int) -> Run:
         if response.status != 200:
             answer = response.read()[:300]
             raise RuntimeError(f"llama-server answered {response.status}: {answer!r}")
-        first = None
+        first, text = float("nan"), []
         for raw in response:
             line = raw.decode("utf-8").strip()
-            if first is None and line.startswith("data: {") and '"content":"' in line:
+            if not line.startswith("data: {"):
+                continue
+            delta = json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            if delta and first != first:  # nan: not yet
                 first = time.perf_counter() - start
+            text.append(delta)
         connection.close()
-        return first if first is not None else float("nan")
+        return first, "".join(text)
 
-    return lambda chats: at_once(one, chats)
+    return one
 
 
-def measure(sides: dict[str, Run], rounds: int) -> dict[str, dict[str, dict[str, float]]]:
-    """Each side in turn: a cold fan-out, the same warm, and the unrelated prompts."""
+CASES = ("cold", "warm", "map", "agents", "unrelated")
+
+
+def measure(sides: dict[str, One], rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Each side in turn: every case of ``CASES``, each session new (nothing cached)."""
     seen: dict[str, dict[str, list[dict[str, float]]]] = {
-        name: {"cold": [], "warm": [], "map": [], "unrelated": []} for name in sides
+        name: {case: [] for case in CASES} for name in sides
     }
     for r in range(rounds):
-        for name, run in sides.items():
+        for name, one in sides.items():
             chats = fan_out(f"{r}-{name}")
-            seen[name]["cold"].append(run(chats))
-            seen[name]["warm"].append(run(chats))
-            seen[name]["map"].append(run(map_step(f"{r}-{name}")))
-            seen[name]["unrelated"].append(run([[("user", q)] for q in UNRELATED]))
+            seen[name]["cold"].append(at_once(one, chats))
+            seen[name]["warm"].append(at_once(one, chats))
+            seen[name]["map"].append(at_once(one, map_step(f"{r}-{name}")))
+            seen[name]["agents"].append(agents(one, f"{r}-{name}"))
+            seen[name]["unrelated"].append(at_once(one, [[("user", q)] for q in UNRELATED]))
             cold = seen[name]["cold"][-1]["wall_s"]
             print(f"round {r + 1}, {name}: cold fan-out {cold:.1f} s", flush=True)
     return {
@@ -262,7 +315,7 @@ def main() -> None:
             Engine(replace(base, kv_unified=True)) as unified,
             Engine(replace(base, prefix_sharing=False)) as plain,
         ):
-            sides: dict[str, Run] = {
+            sides: dict[str, One] = {
                 "ours": ours(sharing),
                 "ours, unified": ours(unified),
                 "ours, sharing off": ours(plain),
@@ -278,7 +331,7 @@ def main() -> None:
     print(f"\n## {N} chats over one system prompt, {MAX_TOKENS} greedy tokens each\n")
     print("| case | figure | " + " | ".join(names) + " |")
     print("|---|---|" + "---:|" * len(names))
-    for case in ("cold", "warm", "map", "unrelated"):
+    for case in CASES:
         for key in ("wall_s", "mean_ttft_s", "p99_ttft_s"):
             cells = [f"{figures[n][case][key]:.2f}" for n in names]
             print(f"| {case} | {key} | " + " | ".join(cells) + " |")
@@ -291,7 +344,7 @@ def main() -> None:
     for peer in names[1:]:
         ratios = {
             f"{case} {key}": figures["ours"][case][key] / figures[peer][case][key]
-            for case in ("cold", "warm", "map", "unrelated")
+            for case in CASES
             for key in ("wall_s", "mean_ttft_s")
         }
         report.setdefault("ratios", {})[peer] = ratios
