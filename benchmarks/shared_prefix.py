@@ -3,7 +3,7 @@
 Fan-out: sixteen chats over one ~1,900-token system prompt, each with its own one-line question,
 sent at once to a cold engine (the system prompt starts with a fresh session line each round, so
 nothing of it is cached), then the same sixteen again (warm). 32 greedy tokens each. Map: 32 short
-documents under one ~800-token instruction, sent at once, as LangChain's ``abatch`` of a map step
+documents under one ~900-token instruction, sent at once, as LangChain's ``abatch`` of a map step
 sends them. Agents: eight agents at once, each three turns (its whole history each turn) under one
 ~1,700-token system prompt listing 14 tools as JSON schemas. Unrelated: sixteen short prompts with
 nothing in common, to show sharing costs nothing where it cannot help. Memory: each side's resident
