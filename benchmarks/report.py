@@ -665,7 +665,7 @@ def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str])
         "## Shared prompt prefixes",
         "",
         f"{run['settings']['n']} chats over one ~1,900-token system prompt sent at once, cold "
-        "(nothing cached) and warm (the same again), 32 short documents under one ~800-token "
+        "(nothing cached) and warm (the same again), 32 short documents under one ~900-token "
         "instruction (map, as `abatch` sends them), 8 agents at once for 3 turns each under a "
         "~1,700-token tool listing, and 16 unrelated short chats; 32 greedy "
         f"tokens each ({where(run)}). Seconds.",
