@@ -26,6 +26,7 @@ from typing import Literal, get_args
 
 from ..errors import InvalidRequestError
 from ..models import resolve_mmproj_path, resolve_model_path
+from .config_values import LoraAdapter, lora_adapters, tensor_split
 
 Pooling = Literal["mean", "cls", "last", "rank", "model"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
@@ -79,20 +80,6 @@ class WeightsKey:
     main_gpu: int = 0
     tensor_split: tuple[float, ...] | None = None
     split_mode: SplitMode = "layer"
-
-
-@dataclass(frozen=True)
-class LoraAdapter:
-    """A LoRA adapter GGUF applied on top of the weights.
-
-    Attributes:
-        path: The adapter's ``.gguf`` file (made for the same base model, e.g. by llama.cpp's
-            ``convert_lora_to_gguf.py``).
-        scale: How strongly it applies; ``0`` leaves the base model's output unchanged.
-    """
-
-    path: str
-    scale: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,9 +283,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         self._check_choices()
         # Lists and (path, scale) pairs are accepted; the stored form is hashable.
-        object.__setattr__(self, "lora_adapters", _lora_adapters(self.lora_adapters))
+        object.__setattr__(self, "lora_adapters", lora_adapters(self.lora_adapters))
         if self.tensor_split is not None:
-            object.__setattr__(self, "tensor_split", _tensor_split(self.tensor_split))
+            object.__setattr__(self, "tensor_split", tensor_split(self.tensor_split))
         checks = {
             "n_seq_max": self.n_seq_max >= 1,
             "n_ctx_per_seq": self.n_ctx_per_seq is None or self.n_ctx_per_seq >= 0,
@@ -445,44 +432,3 @@ class EngineConfig:
             lora_adapters=adapters,
             speculative_draft_model=draft,
         )
-
-
-def _lora_adapters(value: object) -> tuple[LoraAdapter, ...]:
-    """``lora_adapters`` as a tuple of ``LoraAdapter`` (from adapters, paths or pairs)."""
-    problem = (
-        "lora_adapters must be a sequence of LoraAdapter(path, scale), (path, scale) pairs or paths"
-    )
-    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
-        raise InvalidRequestError(problem)
-    out: list[LoraAdapter] = []
-    for item in value:
-        if isinstance(item, LoraAdapter):
-            adapter = item
-        elif isinstance(item, str):
-            adapter = LoraAdapter(item)
-        elif isinstance(item, tuple | list) and len(item) == 2:
-            adapter = LoraAdapter(item[0], item[1])
-        elif isinstance(item, dict) and "path" in item:
-            adapter = LoraAdapter(item["path"], item.get("scale", 1.0))
-        else:
-            raise InvalidRequestError(f"{problem}; got {item!r}")
-        if not isinstance(adapter.path, str) or not adapter.path:
-            raise InvalidRequestError(f"a LoRA adapter's path must be a string; got {item!r}")
-        if isinstance(adapter.scale, bool) or not isinstance(adapter.scale, int | float):
-            raise InvalidRequestError(f"a LoRA adapter's scale must be a number; got {item!r}")
-        out.append(LoraAdapter(adapter.path, float(adapter.scale)))
-    return tuple(out)
-
-
-def _tensor_split(value: object) -> tuple[float, ...]:
-    """``tensor_split`` as a tuple of non-negative floats, at least one of them positive."""
-    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
-        raise InvalidRequestError("tensor_split must be a sequence of numbers, one per GPU")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-        raise InvalidRequestError("tensor_split must be a sequence of numbers, one per GPU")
-    split = tuple(float(v) for v in value)
-    if not split or any(v < 0 for v in split) or sum(split) <= 0:
-        raise InvalidRequestError(
-            "tensor_split needs non-negative shares, at least one of them positive"
-        )
-    return split

@@ -174,12 +174,8 @@ class ContextChoice:
     kv_bytes_per_cell: int | None
     budget_bytes: int | None
     reason: str
-    unified: bool = False
-    n_cells: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.n_cells:
-            object.__setattr__(self, "n_cells", self.n_ctx_per_seq * self.n_seq_max)
+    unified: bool
+    n_cells: int
 
     @property
     def kv_bytes(self) -> int | None:
@@ -234,7 +230,7 @@ def choose_context(
             cells=cells,
         )
     n_ctx, reason = _fitted(train, per_cell, requested, budget_bytes, n_seq_max)
-    return ContextChoice(n_ctx, n_seq_max, per_cell, budget_bytes, reason)
+    return ContextChoice(n_ctx, n_seq_max, per_cell, budget_bytes, reason, False, n_ctx * n_seq_max)
 
 
 def _unified_choice(

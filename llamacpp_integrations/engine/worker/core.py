@@ -228,14 +228,17 @@ class EngineCore:
             self._decode_group(plan, group)
 
     def _decode_group(self, plan: StepPlan, group: list[int]) -> None:
+        def decode() -> int:
+            return self.context.decode([plan.entries[index][1] for index in group])
+
         try:
-            status = self.context.decode([plan.entries[index][1] for index in group])
+            status = decode()
             if status == DecodeStatus.NO_KV_SLOT:
                 self.drop_idle_caches()
-                status = self.context.decode([plan.entries[index][1] for index in group])
+                status = decode()
             while status == DecodeStatus.NO_KV_SLOT and group:
                 group = self._make_room(plan, group)
-                status = self.context.decode([plan.entries[index][1] for index in group])
+                status = decode()
         except EngineError as error:
             self._fail([plan.entries[index] for index in group], error)
             return

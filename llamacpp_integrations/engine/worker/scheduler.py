@@ -202,8 +202,6 @@ class Scheduler:
         prompt_room = budget
         if decoding and self.prefill_per_step is not None:
             prompt_room = min(budget, self.prefill_per_step)
-        if self.running and all(seq.paused for seq in self.running):
-            self._resume()  # nothing holds cells any more: they try again
         for seq in self.running:
             if seq.status is not SeqStatus.PREFILL or seq.paused:
                 continue
@@ -375,8 +373,10 @@ class Scheduler:
         """The cache had no room for a decode of ``seqs`` (idle cells already freed): the one
         to give way, and whether it may wait (``pause`` it) rather than end. A sequence still
         reading its prompt waits, the newest first, while another running request holds cells
-        that will free up; otherwise the newest answer ends."""
-        newest_first = [seq for seq in reversed(self.running) if seq in seqs]
+        that will free up (so some request always runs while any is paused, and its end
+        resumes them); otherwise the newest answer ends."""
+        asked = {seq.request_id for seq in seqs}
+        newest_first = [seq for seq in reversed(self.running) if seq.request_id in asked]
         holders = [seq for seq in self.running if seq.n_past > 0 and not seq.paused]
         for seq in newest_first:
             if seq.status is SeqStatus.PREFILL and any(h is not seq for h in holders):
