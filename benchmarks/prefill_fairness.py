@@ -14,9 +14,7 @@ one llama.cpp process busy at a time: our engine with ``prefill_per_step`` at ea
 from __future__ import annotations
 
 import argparse
-import http.client
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import results
+from server_chat import stream_chat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_integrations.engine import (
@@ -73,29 +72,9 @@ def ours(engine: Engine) -> Stream:
 
 def server(port: int) -> Stream:
     def stream(prompt: str, max_tokens: int) -> Iterator[float]:
-        body = json.dumps(
-            {
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens,
-                "temperature": 0,
-                "ignore_eos": True,
-                "stream": True,
-            }
-        )
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
-        connection.request(
-            "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
-        )
-        response = connection.getresponse()
-        if response.status != 200:
-            raise RuntimeError(
-                f"llama-server answered {response.status}: {response.read()[:300]!r}"
-            )
-        for raw in response:
-            line = raw.decode("utf-8").strip()
-            if line.startswith("data: {") and '"content":"' in line:
-                yield time.perf_counter()
-        connection.close()
+        messages = [{"role": "user", "content": prompt}]
+        for at, _ in stream_chat(port, messages, max_tokens, ignore_eos=True):
+            yield at
 
     return stream
 

@@ -24,7 +24,6 @@ ours without sharing.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import results
+from server_chat import stream_chat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_integrations.engine import (
@@ -212,45 +212,26 @@ def ours(engine: Engine) -> One:
             max_tokens=MAX_TOKENS,
             sampling=SamplingParams(temperature=0.0),
         )
-        first, text = float("nan"), []
+        first: float | None = None
+        text = []
         for chunk in engine.stream(request):
-            if first != first and chunk.token_ids:  # nan: not yet
+            if first is None and chunk.token_ids:
                 first = time.perf_counter() - start
             text.append(chunk.text)
-        return first, "".join(text)
+        return (first if first is not None else float("nan")), "".join(text)
 
     return one
 
 
 def server(port: int) -> One:
     def one(chat: Chat, start: float) -> tuple[float, str]:
-        body = json.dumps(
-            {
-                "messages": [{"role": role, "content": text} for role, text in chat],
-                "max_tokens": MAX_TOKENS,
-                "temperature": 0,
-                "stream": True,
-            }
-        )
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
-        connection.request(
-            "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
-        )
-        response = connection.getresponse()
-        if response.status != 200:
-            answer = response.read()[:300]
-            raise RuntimeError(f"llama-server answered {response.status}: {answer!r}")
-        first, text = float("nan"), []
-        for raw in response:
-            line = raw.decode("utf-8").strip()
-            if not line.startswith("data: {"):
-                continue
-            delta = json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
-            if delta and first != first:  # nan: not yet
-                first = time.perf_counter() - start
-            text.append(delta)
-        connection.close()
-        return first, "".join(text)
+        messages = [{"role": role, "content": text} for role, text in chat]
+        first: float | None = None
+        text = []
+        for at, piece in stream_chat(port, messages, MAX_TOKENS):
+            first = at - start if first is None else first
+            text.append(piece)
+        return (first if first is not None else float("nan")), "".join(text)
 
     return one
 
