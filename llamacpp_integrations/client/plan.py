@@ -34,8 +34,11 @@ from ..tools import (
     ToolSpec,
     answer_grammar,
     constrain,
+    normalize_tool_choice,
+    normalize_tools,
     plan_tool_request,
 )
+from ..tools.answer_room import forced_answer_budget
 from .options import CallOptions
 from .results import CallResult, ChunkReader, CutJson, read_answer
 
@@ -148,7 +151,10 @@ def plan_call(
     """
     if isinstance(request, ChatRequest):
         format = facts.reasoning_format(engine, request.chat_template)
-        request = replace(request, reasoning=reasoning_spec(format, options))
+        spec = reasoning_spec(format, options)
+        if spec is not None and spec.budget is None and spec.expected:
+            spec = _room_for_forced_answer(spec, options, request.max_tokens)
+        request = replace(request, reasoning=spec)
     if options.tools is not None:
         if not isinstance(request, ChatRequest):
             raise InvalidRequestError("tools need a chat request")
@@ -190,6 +196,26 @@ def reasoning_spec(format: ReasoningFormat | None, options: CallOptions) -> Reas
     if format is None:
         return None
     return ReasoningSpec(format, enabled=options.reasoning, budget=options.reasoning_budget)
+
+
+def _room_for_forced_answer(
+    spec: ReasoningSpec, options: CallOptions, max_tokens: int | None
+) -> ReasoningSpec:
+    """``spec`` with a thinking budget that leaves room within ``max_tokens`` for an answer the
+    caller forces (a required call, a structured answer); unchanged when nothing is forced.
+    A caller's own ``reasoning_budget`` is never replaced (the caller checks ``budget``)."""
+    schemas: list[Mapping[str, Any] | None]
+    if options.tools is not None:
+        tools = normalize_tools(options.tools)
+        choice = normalize_tool_choice(options.tool_choice, tools)
+        if not choice.must_call:
+            return spec
+        schemas = [t.parameters for t in tools if choice.name in (None, t.name)]
+    elif options.response_format is not None:
+        schemas = [options.response_format.schema]
+    else:
+        return spec
+    return replace(spec, budget=forced_answer_budget(schemas, max_tokens))
 
 
 def chat_plan_factory(

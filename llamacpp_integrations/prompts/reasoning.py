@@ -50,6 +50,7 @@ __all__ = [
     "forced_end",
     "opens_inside",
     "split_reasoning",
+    "switched_on",
     "template_kwargs_for",
 ]
 
@@ -115,8 +116,10 @@ class ReasoningSpec:
 
     @property
     def expected(self) -> bool:
-        """Whether the model may think at all (not when the switch turned it off)."""
-        return not (self.enabled is False and self.format.switch is not None)
+        """Whether the model may think at all: not when the template's switch is off, by the
+        request or by the template's default (rwkv-world and DeepSeek-V3.1 think only when
+        asked; their default prompt opens no reasoning, or closes an empty one)."""
+        return self.format.switch is None or switched_on(self.format, self.enabled)
 
     def splitter(self) -> ReasoningSplitter:
         """A reader of one output of this request."""
@@ -193,12 +196,16 @@ def _is_proper_start(text: str, markers: Sequence[str]) -> bool:
     return any(marker.startswith(text) and marker != text for marker in markers)
 
 
+def switched_on(format: ReasoningFormat, reasoning: bool | None) -> bool:
+    """Whether reasoning is on for a request: as it asked (``reasoning``), else the
+    template's default (``default_on``); a template without a switch is always on."""
+    return format.default_on if reasoning is None or format.switch is None else reasoning
+
+
 def opens_inside(format: ReasoningFormat, reasoning: bool | None) -> bool:
     """Whether the prompt opens the reasoning, so the output starts inside it: the template
-    does so (``starts_inside``) with reasoning on, and it is on when the request turned it on
-    or left the template's default (``default_on``) alone."""
-    on = format.default_on if reasoning is None or format.switch is None else reasoning
-    return format.starts_inside and on
+    does so (``starts_inside``) with reasoning on (``switched_on``)."""
+    return format.starts_inside and switched_on(format, reasoning)
 
 
 class ReasoningSplitter:

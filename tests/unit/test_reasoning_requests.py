@@ -231,3 +231,58 @@ def test_a_callers_grammar_applies_after_the_reasoning() -> None:
     assert 'caller-root ::= answer " " answer' in wrapped and '"root"' in wrapped
     plain = plan_call(engine, request, options, Facts(None))
     assert plain.request.grammar == grammar  # no reasoning format: the grammar as given
+
+
+# -- room for an answer the caller forces ----------------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "forcing",
+    [
+        {"tools": [WEATHER_TOOL], "tool_choice": "get_weather"},
+        {"tools": [WEATHER_TOOL], "tool_choice": "any"},
+        {"response_format": {"type": "json_object"}},
+    ],
+    ids=["named", "any", "structured"],
+)
+def test_a_forced_answer_keeps_room_after_the_thinking(forcing: dict[str, Any]) -> None:
+    engine: Any = ChatTemplates(QWQ)
+    request = ChatRequest(messages=[QUESTION], max_tokens=128)
+    plan = plan_call(engine, request, _options(max_tokens=128, **forcing), Facts(R1_FORMAT))
+    assert plan.request.reasoning is not None
+    budget = plan.request.reasoning.budget
+    assert budget is not None and 0 < budget <= 128 - 48  # the answer keeps its room
+
+
+def test_nothing_forced_or_a_callers_budget_leaves_the_thinking_as_asked() -> None:
+    engine: Any = ChatTemplates(QWQ)
+    request = ChatRequest(messages=[QUESTION], max_tokens=128)
+    auto = _options(max_tokens=128, tools=[WEATHER_TOOL], tool_choice="auto")
+    assert plan_call(engine, request, auto, Facts(R1_FORMAT)).request.reasoning == ReasoningSpec(
+        R1_FORMAT
+    )
+    own = _options(max_tokens=128, tools=[WEATHER_TOOL], tool_choice="any", reasoning_budget=90)
+    reasoning = plan_call(engine, request, own, Facts(R1_FORMAT)).request.reasoning
+    assert reasoning is not None and reasoning.budget == 90
+    unlimited = _options(tools=[WEATHER_TOOL], tool_choice="any")
+    reasoning = plan_call(
+        engine, ChatRequest(messages=[QUESTION]), unlimited, Facts(R1_FORMAT)
+    ).request.reasoning
+    assert reasoning is not None and reasoning.budget is None  # no limit to divide
+
+
+def test_a_template_that_thinks_only_when_asked_expects_no_reasoning_by_default() -> None:
+    # rwkv-world, DeepSeek-V3.1: the default prompt opens no reasoning (or closes an empty one).
+    off_by_default = replace(QWEN3_FORMAT, default_on=False)
+    assert not ReasoningSpec(off_by_default).expected
+    assert ReasoningSpec(off_by_default, enabled=True).expected
+    assert answer_grammar(ReasoningSpec(off_by_default), JSON_GRAMMAR) == JSON_GRAMMAR
+    assert ReasoningSpec(R1_FORMAT).expected  # no switch: it may always think
