@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -141,6 +141,12 @@ export LLAMACPP_INTEGRATIONS_LLAMA_SERVER ?= $(CURDIR)/$(LLAMA_SERVER)
 
 test-live: models $(LLAMA_SERVER)
 	$(BIN)/pytest tests/integration tests/standard -m remote --disable-recording
+	$(BIN)/pytest tests/live
+
+# What CI runs live (the whole of test-live takes over four minutes): the remote tests that
+# cassettes cannot replay (cancellation and timeouts), the remote engine's own tests, the fleet.
+test-live-quick: models $(LLAMA_SERVER)
+	$(BIN)/pytest tests/integration/test_cancellation.py tests/integration/test_remote.py -m remote --disable-recording
 	$(BIN)/pytest tests/live
 
 # Record the cassettes again (after a change to what the remote engine sends, or a new tested
