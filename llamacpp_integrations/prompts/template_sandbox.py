@@ -16,21 +16,30 @@ end, quickly and in bounded memory, whatever it does:
   subprocess.
 
 Each limit ends the render with ``ChatTemplateError`` naming it.
+
+The values a render is given (messages, tools, variables: everything reachable from its
+context when it starts) cannot be changed by the template, as in Jinja's immutable sandbox. The
+lists and dicts a template builds itself it may change (``ids.append(x)``, ``d.update(...)``):
+some published templates keep a queue of tool-call ids that way (Kimi K2's). A value grown so
+is bounded by ``MAX_CHARS`` items like any other.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Set
+from contextlib import contextmanager
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 
 from ..errors import ChatTemplateError
 
@@ -55,8 +64,11 @@ class _LimitExceeded(Exception):
     pass
 
 
+_SIZED = (str, bytes, list, tuple, dict, set, frozenset, deque)
+
+
 def _size(value: object) -> int:
-    return len(value) if isinstance(value, str | bytes | list | tuple) else 0
+    return len(value) if isinstance(value, _SIZED) else 0
 
 
 def _check_size(value: object) -> object:
@@ -107,8 +119,49 @@ class _CheckedCodeGenerator(CodeGenerator):
         self.write("))")
 
 
-class LimitedSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, with the size checks above on every way to build a value."""
+_render_state = threading.local()  # the ids of the values the current render was given
+
+
+def _given_ids() -> frozenset[int] | None:
+    return getattr(_render_state, "given", None)
+
+
+def _reachable_ids(root: object) -> frozenset[int]:
+    """The ids of ``root`` and of every value reachable from it through containers, dataclass
+    fields and instance attributes: what a template could reach and try to change."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen or isinstance(value, str | bytes | int | float | bool | None):
+            continue
+        seen.add(id(value))
+        if isinstance(value, Mapping):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple | deque | Set):
+            stack.extend(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            stack.extend(getattr(value, f.name, None) for f in dataclasses.fields(value))
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            stack.extend(vars(value).values())
+    return frozenset(seen)
+
+
+@contextmanager
+def _given(context: Mapping[str, Any]) -> Iterator[None]:
+    previous = _given_ids()
+    _render_state.given = _reachable_ids(context)
+    try:
+        yield
+    finally:
+        _render_state.given = previous
+
+
+class LimitedSandbox(SandboxedEnvironment):
+    """Jinja's sandbox, with the size checks above on every way to build a value, and the
+    values a render was given kept unchanged (outside ``render_limited`` no list or dict may
+    be changed at all, as in Jinja's immutable sandbox)."""
 
     code_generator_class = _CheckedCodeGenerator
     intercepted_binops = frozenset({"*", "**", "+", "%"})
@@ -160,11 +213,27 @@ class LimitedSandbox(ImmutableSandboxedEnvironment):
         **kwargs: Any,
     ) -> Any:
         _check_int_args(args, kwargs)
-        if getattr(__obj, "__name__", None) == "replace" and isinstance(
-            getattr(__obj, "__self__", None), str
-        ):
-            _check_replace((__obj.__self__, *args))
-        return _check_size(super().call(__context, __obj, *args, **kwargs))
+        owner = getattr(__obj, "__self__", None)
+        name = getattr(__obj, "__name__", None)
+        if name == "replace" and isinstance(owner, str):
+            _check_replace((owner, *args))
+        grows = isinstance(name, str) and modifies_known_mutable(owner, name)
+        # append, extend, update...: what is known to be too big is refused up front
+        added = sum(_size(a) for a in (*args, *kwargs.values()))
+        if grows and _size(owner) + added > MAX_CHARS:
+            raise _LimitExceeded(f"the template grew a value to over {MAX_CHARS} items")
+        result = super().call(__context, __obj, *args, **kwargs)
+        if grows:  # and whatever it took from an iterator of unknown length afterwards
+            _check_size(owner)
+        return _check_size(result)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if not super().is_safe_attribute(obj, attr, value):
+            return False
+        if not modifies_known_mutable(obj, attr):
+            return True
+        given = _given_ids()
+        return given is not None and id(obj) not in given
 
 
 class _Watchdog:
@@ -217,7 +286,7 @@ def render_limited(
     time_limit: float = RENDER_TIME_LIMIT_S,
     max_chars: int = MAX_CHARS,
 ) -> str:
-    """Render ``template`` within the limits.
+    """Render ``template`` within the limits; the values in ``context`` stay unchanged.
 
     Raises:
         ChatTemplateError: the template exceeded a limit (the message says which). Any other
@@ -226,16 +295,17 @@ def render_limited(
     watchdog = _Watchdog(time_limit)
     pieces: list[str] = []
     try:
-        watchdog.start()
-        try:
-            total = 0
-            for piece in template.generate(context):
-                total += len(piece)
-                if total > max_chars:
-                    raise _LimitExceeded(f"the rendered prompt is over {max_chars} characters")
-                pieces.append(piece)
-        finally:
-            watchdog.stop()
+        with _given(context):
+            watchdog.start()
+            try:
+                total = 0
+                for piece in template.generate(context):
+                    total += len(piece)
+                    if total > max_chars:
+                        raise _LimitExceeded(f"the rendered prompt is over {max_chars} characters")
+                    pieces.append(piece)
+            finally:
+                watchdog.stop()
     except _RenderTimeout:
         raise ChatTemplateError(
             f"chat template rendering took over {time_limit:g} s (stopped)"

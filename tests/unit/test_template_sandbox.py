@@ -2,14 +2,23 @@
 
 Chat templates come from model files published by anyone. Each case here must end in a
 ``ChatTemplateError`` (or render harmlessly), never leak internals, hang, or exhaust memory.
+A template may change the lists and dicts it builds, never the values it is given.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
 import pytest
+from jinja2.exceptions import SecurityError
 
 from llamacpp_integrations.errors import ChatTemplateError
+from llamacpp_integrations.prompts import template_sandbox
 from llamacpp_integrations.prompts.chat_template import ChatTemplate
+from llamacpp_integrations.prompts.template_sandbox import LimitedSandbox
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -105,3 +114,109 @@ def test_real_templates_are_unaffected() -> None:
     out = ChatTemplate(source, bos_token="", eos_token="").render(MESSAGES * 3)
     assert out.count("<|user|>hi\n") == 3
     assert "===" in out and "8" in out
+
+
+# -- values a template builds may change; values it is given may not -----------------------------
+
+
+def render(source: str, messages: list[dict[str, Any]] | None = None, **extra: Any) -> str:
+    template = ChatTemplate(source, bos_token="", eos_token="")
+    return template.render(MESSAGES if messages is None else messages, **extra)
+
+
+def test_template_changes_lists_and_dicts_it_built() -> None:
+    # Kimi K2's templates queue tool-call ids so: append as calls come, pop(0) as results do.
+    queue = (
+        "{% set q = namespace(ids=[]) %}{% set _ = q.ids.append('a') %}"
+        "{% set _ = q.ids.append('b') %}{{ q.ids.pop(0) }}{{ q.ids }}"
+    )
+    assert render(queue) == "a['b']"
+    built = "{% set d = {'k': 1} %}{% set _ = d.update({'j': 2}) %}{{ d|tojson }}"
+    assert render(built) == '{"k": 1, "j": 2}'
+    copied = "{% set c = messages|list %}{% set _ = c.append(1) %}{{ c|length }}"
+    messages = [{"role": "user", "content": "hi"}]
+    assert render(copied, messages) == "2"
+    assert messages == [{"role": "user", "content": "hi"}]
+
+
+@dataclass
+class Settings:
+    names: list[str] = field(default_factory=lambda: ["x"])
+
+
+@dataclass(frozen=True, slots=True)
+class Frozen:
+    names: list[str]
+
+
+class Plain:
+    def __init__(self) -> None:
+        self.names = ["x"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% set _ = messages.append(1) %}",
+        "{% set _ = messages[0].update({'role': 'x'}) %}",
+        "{% set _ = messages[0].tool_calls.pop() %}",
+        "{% set _ = messages[0].tool_calls[0].function.clear() %}",
+        "{% set m = messages[0] %}{% set _ = m.setdefault('extra', 1) %}",
+        "{% set _ = (messages|list)[0].update({'role': 'x'}) %}",
+        "{% set _ = tools.append(1) %}",
+        "{% set _ = settings.names.append('y') %}",
+        "{% set _ = frozen.names.append('y') %}",
+        "{% set _ = plain.names.append('y') %}",
+        "{% set _ = mapping.inner.append('y') %}",
+    ],
+)
+def test_given_values_stay_unchanged(source: str) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    messages = [{"role": "assistant", "content": "", "tool_calls": [call]}]
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    values: dict[str, Any] = {
+        "settings": Settings(),
+        "frozen": Frozen(["x"]),
+        "plain": Plain(),
+        "mapping": MappingProxyType({"inner": ["x"]}),
+    }
+    before = copy.deepcopy((messages, tools))
+    template = ChatTemplate(source, bos_token="", eos_token="")
+    with pytest.raises(ChatTemplateError, match="SecurityError"):
+        template.render(messages, tools=tools, **values)
+    assert (messages, tools) == before
+    assert values["settings"].names == values["frozen"].names == values["plain"].names == ["x"]
+    assert values["mapping"]["inner"] == ["x"]
+
+
+def test_no_value_changes_outside_a_limited_render() -> None:
+    # The sandbox alone (no render_limited around it) is as immutable as Jinja's own.
+    template = LimitedSandbox().from_string("{% set l = [] %}{% set _ = l.append(1) %}{{ l }}")
+    with pytest.raises(SecurityError):
+        template.render()
+
+
+# 10,000 steps, each growing a template's list (ns.v) or dict (ns.w) by one.
+LOOP = (
+    "{{% set ns = namespace(v=[], w={{}}) %}}{{% for i in range(100) %}}{{% for j in range(100) %}}"
+    "{}{{% endfor %}}{{% endfor %}}"
+)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        LOOP.format("{% set _ = ns.v.append(i) %}"),
+        LOOP.format("{% set _ = ns.v.insert(0, j) %}"),
+        LOOP.format("{% set _ = ns.w.update({i * 100 + j: j}) %}"),
+        LOOP.format("{% set _ = ns.w.setdefault(i * 100 + j, j) %}"),
+        "{% set big = range(600)|list %}{% set l = [] %}{% set _ = l.extend(big) %}"
+        "{% set _ = l.extend(big) %}",  # refused before the second extend runs
+        "{% set l = [] %}{% set _ = l.extend(range(600)|map('abs')) %}"
+        "{% set _ = l.extend(range(600)|map('abs')) %}",  # of unknown length: checked after
+    ],
+)
+def test_values_grown_in_place_stay_bounded(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(template_sandbox, "MAX_CHARS", 1000)
+    with pytest.raises(ChatTemplateError, match="over 1000 items"):
+        render(source)
