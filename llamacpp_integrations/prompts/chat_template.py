@@ -1,24 +1,33 @@
 """Render chat messages with a GGUF (Hugging Face style) Jinja chat template, safely.
 
 Chat templates come from model files, i.e. from whoever published the model, so they run in
-Jinja's immutable sandbox: no access to Python internals, no mutation of the values passed in.
+Jinja's sandbox (``template_sandbox``): no access to Python internals, no mutation of the
+values passed in, bounded size and time.
 The environment mimics the one ``transformers`` renders templates with (``trim_blocks``,
 ``lstrip_blocks``, ``raise_exception``, ``strftime_now``, its ``tojson``), since that is the one
 template authors test against.
+
+``render`` first adapts the conversation to what the template accepts (``template_caps``
+probes that once per compiled template; ``polyfills`` adapts), so that a template refusing a
+system message or two user turns in a row still renders one; ``render_exact`` renders exactly
+what it is given.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import jinja2
-from jinja2 import nodes
+from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 
 from ..errors import ChatTemplateError, InvalidRequestError
+from .polyfills import adapt_messages, adapt_tools, template_variables
+from .template_caps import TemplateCaps, probe_caps
 from .template_sandbox import RENDER_TIME_LIMIT_S, LimitedSandbox, render_limited
 
 if TYPE_CHECKING:
@@ -60,10 +69,11 @@ def _strftime_now(fmt: str) -> str:
 
 def _json_default(value: object) -> object:
     # Messages and tools may hold read-only mappings / tuples-like sequences (frozen request
-    # dataclasses); json only knows dict and list.
+    # dataclasses); json only knows dict and list. Filters such as ``map`` give generators,
+    # which templates pass straight to tojson (``tools|map(attribute='function')|tojson``).
     if isinstance(value, Mapping):
         return dict(value)
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
         return list(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
@@ -107,6 +117,9 @@ def _make_environment() -> LimitedSandbox:
 class ChatTemplate:
     """A compiled chat template; ``render`` turns messages into the prompt text."""
 
+    reads: frozenset[str]
+    """The variables the template reads without setting them (``polyfills`` fills some)."""
+
     def __init__(
         self,
         source: str,
@@ -119,14 +132,32 @@ class ChatTemplate:
         self.render_time_limit = render_time_limit
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self._caps: TemplateCaps | None = None
+        self._caps_lock = threading.Lock()
+        environment = _make_environment()
         try:
-            self._template = _make_environment().from_string(source)
+            parsed = environment.parse(source)
+            self.reads = frozenset(meta.find_undeclared_variables(parsed))
+            self._template = environment.from_string(parsed)
         except jinja2.TemplateSyntaxError as exc:
             raise ChatTemplateError(
                 f"chat template has a syntax error at line {exc.lineno}: {exc.message}"
             ) from exc
         except jinja2.TemplateError as exc:  # e.g. an unknown filter name
             raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
+
+    @property
+    def caps(self) -> TemplateCaps:
+        """What the template refuses, probed on first use (see ``template_caps``)."""
+        with self._caps_lock:  # one probe per template, however many threads render it
+            if self._caps is None:
+                self._caps = probe_caps(self._probe)
+            return self._caps
+
+    def _probe(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> str:
+        return self.render_exact(messages, tools=tools, **template_variables(self.reads, tools))
 
     def render(
         self,
@@ -136,10 +167,37 @@ class ChatTemplate:
         tools: Sequence[Mapping[str, Any]] | None = None,
         **extra: Any,
     ) -> str:
-        """Render ``messages``; ``extra`` become further template variables.
+        """Render ``messages``, adapted to what the template accepts (``polyfills``);
+        ``extra`` become further template variables, over the ones ``template_variables``
+        supplies.
 
         ``tools`` is only defined for the template when given: templates test
         ``{% if tools %}`` / ``tools is defined`` to decide whether to describe tools.
+
+        Raises:
+            InvalidRequestError: a message is malformed.
+            ChatTemplateError: the template failed (it raised, or touched something forbidden).
+        """
+        _validate_messages(messages)
+        caps = self.caps
+        adapted_tools = adapt_tools(caps, tools)
+        variables = {**template_variables(self.reads, adapted_tools), **extra}
+        return self.render_exact(
+            adapt_messages(caps, messages),
+            add_generation_prompt=add_generation_prompt,
+            tools=adapted_tools,
+            **variables,
+        )
+
+    def render_exact(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **extra: Any,
+    ) -> str:
+        """Render ``messages``, ``tools`` and the variables ``extra`` exactly as given.
 
         Raises:
             InvalidRequestError: a message is malformed.

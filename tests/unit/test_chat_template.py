@@ -186,6 +186,13 @@ def test_tojson_handles_read_only_mappings_and_tuples() -> None:
     assert json.loads(text) == [{"name": "f", "args": ["x", "y"]}]
 
 
+def test_tojson_takes_what_filters_return() -> None:
+    # DeepSeek R1's template (llama.cpp's copy) passes map's generator straight to tojson.
+    source = "{{ tools | map(attribute='function') | tojson }}"
+    text = ChatTemplate(source, bos_token="", eos_token="").render(USER, tools=[TOOL])
+    assert json.loads(text) == [TOOL["function"]]
+
+
 # --- failures ----------------------------------------------------------------------------------
 
 
