@@ -115,7 +115,10 @@ def _syntax_of(rendered_history: str) -> CallSyntax | None:
         return HERMES
     if "[TOOL_CALLS]" in rendered_history:
         return MISTRAL_ARGS if "[ARGS]" in rendered_history else MISTRAL
-    if '"parameters"' in rendered_history and "<|start_header_id|>" in rendered_history:
+    # The call itself, not just "parameters": tool listings hold that key too (firefunction's
+    # Llama 3 template lists tools so, yet writes calls as functools[...]).
+    llama3_call = f'{{"name": "{_PROBE_NAME}", "parameters"'
+    if llama3_call in rendered_history and "<|start_header_id|>" in rendered_history:
         return LLAMA3
     return None  # a tool format this package cannot parse: use the fallback prompt
 

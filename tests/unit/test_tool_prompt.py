@@ -27,6 +27,7 @@ from llamacpp_integrations.tools.call_syntax import (
 from llamacpp_integrations.tools.tool_parser import parse_tool_output
 from llamacpp_integrations.tools.tool_prompt import (
     NEXT_STEP,
+    detect_tool_support,
     fallback_history,
     native_history,
     with_tool_instructions,
@@ -37,6 +38,8 @@ from llamacpp_integrations.tools.tool_spec import (
     normalize_tool_choice,
     normalize_tools,
 )
+
+from .recording_engine import RecordingEngine
 
 WEATHER_PARAMETERS = {
     "type": "object",
@@ -569,3 +572,29 @@ def test_instructions_handle_read_only_schemas() -> None:
         "type": "object",
         "properties": {},
     }
+
+
+# -- detect_tool_support -------------------------------------------------------------------------
+
+# A Llama 3 header template that lists tools as JSON (so "parameters" is in the prompt) but
+# writes calls its own way, as firefunction v2 does: not the Llama 3 call syntax.
+FUNCTOOLS_STYLE = (
+    "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{% if loop.first and tools %}{{ tools|tojson }}\n{% endif %}{{ m.content }}"
+    "{% if m.tool_calls %} functools[{% for c in m.tool_calls %}{{ c.function|tojson }}"
+    "{% endfor %}]{% endif %}<|eot_id|>{% endfor %}"
+)
+LLAMA3_CALLS = FUNCTOOLS_STYLE.replace(
+    " functools[{% for c in m.tool_calls %}{{ c.function|tojson }}{% endfor %}]",
+    '{% for c in m.tool_calls %}{"name": "{{ c.function.name }}", "parameters": '
+    "{{ c.function.arguments|tojson }}}{% endfor %}",
+)
+
+
+@pytest.mark.parametrize(("template", "syntax"), [(FUNCTOOLS_STYLE, None), (LLAMA3_CALLS, LLAMA3)])
+def test_llama3_syntax_is_read_off_the_rendered_call(
+    template: str, syntax: CallSyntax | None
+) -> None:
+    support = detect_tool_support(RecordingEngine(), template)
+    assert support.renders_tools and support.renders_tool_calls and support.renders_tool_results
+    assert support.syntax == syntax
