@@ -151,13 +151,18 @@ class ChatTemplate:
         """What the template refuses, probed on first use (see ``template_caps``)."""
         with self._caps_lock:  # one probe per template, however many threads render it
             if self._caps is None:
-                self._caps = probe_caps(self._probe)
+                self._caps = probe_caps(self._probe, budget=self.render_time_limit)
             return self._caps
 
     def _probe(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        time_limit: float,
     ) -> str:
-        return self.render_exact(messages, tools=tools, **template_variables(self.reads, tools))
+        context = self._context(messages, True, tools, template_variables(self.reads, tools))
+        return self._render_context(context, time_limit)
 
     def render(
         self,
@@ -204,6 +209,16 @@ class ChatTemplate:
             ChatTemplateError: the template failed (it raised, or touched something forbidden).
         """
         _validate_messages(messages)
+        context = self._context(messages, add_generation_prompt, tools, extra)
+        return self._render_context(context, self.render_time_limit)
+
+    def _context(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None,
+        extra: Mapping[str, Any],
+    ) -> dict[str, Any]:
         # ``extra`` first, so a caller's template_kwargs cannot replace the variables that
         # every template depends on.
         context: dict[str, Any] = dict(extra)
@@ -215,8 +230,11 @@ class ChatTemplate:
         )
         if tools is not None:
             context["tools"] = tools
+        return context
+
+    def _render_context(self, context: Mapping[str, Any], time_limit: float) -> str:
         try:
-            return render_limited(self._template, context, time_limit=self.render_time_limit)
+            return render_limited(self._template, context, time_limit=time_limit)
         except ChatTemplateError:
             raise  # from raise_exception(): the template's own message is the best one
         except Exception as exc:  # anything the template makes go wrong is a template failure

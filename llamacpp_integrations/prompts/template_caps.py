@@ -11,11 +11,16 @@ prompts stay exactly what it renders by itself. Refusing is raising, or, for the
 message, typed content, arguments and tool results, leaving the probe's text out (the template
 would lose it); a template that raises on a turn order refuses that order, while one that shows
 only some turns may mean to.
+
+All the probes of a template share one time budget (its render time limit): a template that
+loops forever costs one limit of probing, not one per probe, and whatever was not probed in
+time is taken as accepted (nothing adapted).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -60,10 +65,15 @@ NO_POLYFILLS = TemplateCaps()
 
 
 class ProbeRender(Protocol):
-    """Renders messages (and tools) exactly as given, raising when the template fails."""
+    """Renders messages (and tools) exactly as given within ``time_limit`` seconds, raising
+    when the template fails."""
 
     def __call__(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        time_limit: float,
     ) -> str: ...
 
 
@@ -113,8 +123,9 @@ _RESULT_MESSAGE = {"role": "tool", "tool_call_id": _CALL_ID, "name": _TOOL, "con
 
 
 class _Prober:
-    def __init__(self, render: ProbeRender) -> None:
+    def __init__(self, render: ProbeRender, budget: float) -> None:
         self._render = render
+        self._deadline = time.monotonic() + budget
 
     def shows(
         self,
@@ -122,9 +133,13 @@ class _Prober:
         *needles: str,
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
-        """Whether ``messages`` render, and every needle appears in what they render to."""
+        """Whether ``messages`` render, and every needle appears in what they render to
+        (``False`` once the budget is spent: the usual shape and the adapted one alike)."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return False
         try:
-            text = self._render(messages, tools)
+            text = self._render(messages, tools, time_limit=left)
         except Exception:  # a refusal, whatever the template raised
             return False
         return all(needle in text for needle in needles)
@@ -187,9 +202,10 @@ class _Prober:
         )
 
 
-def probe_caps(render: ProbeRender) -> TemplateCaps:
-    """The capabilities of the template ``render`` renders with (a dozen small renders)."""
-    probe = _Prober(render)
+def probe_caps(render: ProbeRender, budget: float) -> TemplateCaps:
+    """The capabilities of the template ``render`` renders with: a dozen small renders, in
+    ``budget`` seconds at most."""
+    probe = _Prober(render, budget)
     string_arguments = probe.string_arguments()
     tool_role = probe.tool_role(string_arguments)
     return TemplateCaps(

@@ -296,8 +296,8 @@ def render_limited(
     pieces: list[str] = []
     try:
         with _given(context):
-            watchdog.start()
             try:
+                watchdog.start()  # inside: with a short limit it may fire while starting
                 total = 0
                 for piece in template.generate(context):
                     total += len(piece)
@@ -307,6 +307,9 @@ def render_limited(
             finally:
                 watchdog.stop()
     except _RenderTimeout:
+        # Once more: the timeout may have landed inside the first stop, before it took hold,
+        # and a watchdog left running would raise in whatever this thread does next.
+        watchdog.stop()
         raise ChatTemplateError(
             f"chat template rendering took over {time_limit:g} s (stopped)"
         ) from None

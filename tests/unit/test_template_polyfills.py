@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -211,9 +212,9 @@ def test_polyfills_compose_without_templates() -> None:
 def test_caps_are_probed_once_per_template(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
-    def counting(render: Any) -> TemplateCaps:
+    def counting(render: Any, budget: float) -> TemplateCaps:
         calls.append(1)
-        return probe_caps(render)
+        return probe_caps(render, budget)
 
     monkeypatch.setattr(chat_template_module, "probe_caps", counting)
     gemma = template(NO_SYSTEM)
@@ -252,3 +253,17 @@ def test_firefunction_functions_and_datetime() -> None:
     out = fire.render([USER], tools=TOOLS)
     assert out.startswith("\n" + json.dumps(TOOLS, indent=2) + "|Today is ")
     assert fire.render([USER]).startswith("\n|Today is ")
+
+
+def test_probes_share_one_time_budget() -> None:
+    # A template that never ends once a tool result is in the conversation: the probes spend
+    # one render time limit in all, and what they could not try is left as it is.
+    slow = (
+        "{% for m in messages %}{% if m.role == 'tool' %}{% for i in range(99999) %}"
+        "{% for j in range(99999) %}{% endfor %}{% endfor %}{% endif %}{% endfor %}" + PLAIN
+    )
+    stuck = ChatTemplate(slow, bos_token="", eos_token="", render_time_limit=0.3)
+    start = time.monotonic()
+    assert stuck.caps == NO_POLYFILLS
+    assert time.monotonic() - start < 1.5
+    assert stuck.render([USER]) == "<user>Weather in Paris?<assistant>"
