@@ -4,8 +4,9 @@
 (``chat_template=``), each compiled once: a server passing arbitrary templates must not grow
 memory without bound, and callers on many threads share one cache, so it is locked. Rendering a
 chat prepares its messages and variables (``template_inputs``: reasoning switches, earlier
-reasoning under the field the template reads), places its images as the media marker, renders,
-and drops a printed BOS where the vocabulary adds one itself.
+reasoning under the field the template reads), places its images as the media marker, renders
+(adapted to what the template accepts: ``ChatTemplate.render`` and ``polyfills``), and drops a
+printed BOS where the vocabulary adds one itself.
 """
 
 from __future__ import annotations

@@ -28,15 +28,18 @@ from typing import Any
 
 from .template_caps import TemplateCaps
 
-__all__ = ["adapt_messages", "adapt_tools", "template_variables"]
+__all__ = ["Message", "adapt_messages", "adapt_tools", "template_variables"]
+
+Message = Mapping[str, Any]
+"""A chat message as templates read it (role, content, tool calls...)."""
 
 _MERGED_ROLES = ("user", "assistant")
 
 
-def adapt_messages(caps: TemplateCaps, messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+def adapt_messages(caps: TemplateCaps, messages: Sequence[Message]) -> list[Message]:
     """``messages`` in the shapes ``caps`` says the template accepts (new dicts where changed;
     the given ones are never modified)."""
-    out: list[Any] = list(messages)
+    out: list[Message] = list(messages)
     if caps.string_arguments:
         out = [_with_string_arguments(m) for m in out]
     if not caps.tool_role:
@@ -53,7 +56,9 @@ def adapt_messages(caps: TemplateCaps, messages: Sequence[Mapping[str, Any]]) ->
     return out
 
 
-def adapt_tools(caps: TemplateCaps, tools: Sequence[Mapping[str, Any]] | None) -> list[Any] | None:
+def adapt_tools(
+    caps: TemplateCaps, tools: Sequence[Mapping[str, Any]] | None
+) -> list[Mapping[str, Any]] | None:
     """``tools`` as the template accepts them (``None`` stays ``None``)."""
     if tools is None:
         return None
@@ -111,7 +116,7 @@ def _joined(first: Any, second: Any) -> Any:
     return parts
 
 
-def _with_string_arguments(message: Mapping[str, Any]) -> Mapping[str, Any]:
+def _with_string_arguments(message: Message) -> Message:
     calls = message.get("tool_calls")
     if not calls:
         return message
@@ -126,7 +131,7 @@ def _string_call(call: Any) -> Any:
     return {**call, "function": {**function, "arguments": arguments}}
 
 
-def _call_names(messages: list[Any]) -> dict[Any, Any]:
+def _call_names(messages: list[Message]) -> dict[Any, Any]:
     """The tool each call id of the assistant turns names."""
     names: dict[Any, Any] = {}
     for message in messages:
@@ -137,15 +142,15 @@ def _call_names(messages: list[Any]) -> dict[Any, Any]:
     return names
 
 
-def _result_as_user(message: Mapping[str, Any], names: Mapping[Any, Any]) -> dict[str, Any]:
+def _result_as_user(message: Message, names: Mapping[Any, Any]) -> Message:
     name = message.get("name") or names.get(message.get("tool_call_id")) or "tool"
     result = {"name": name, "content": _text_of(message.get("content"))}
     text = f"<tool_response>\n{json.dumps(result, ensure_ascii=False)}\n</tool_response>"
     return {"role": "user", "content": text}
 
 
-def _bridged(messages: list[Any], bridge: str) -> list[Any]:
-    out: list[Any] = []
+def _bridged(messages: list[Message], bridge: str) -> list[Message]:
+    out: list[Message] = []
     for message in messages:
         if message.get("role") == "user" and out and out[-1].get("role") == "tool":
             out.append({"role": "assistant", "content": bridge})
@@ -153,10 +158,10 @@ def _bridged(messages: list[Any], bridge: str) -> list[Any]:
     return out
 
 
-def _systems_folded(messages: list[Any]) -> list[Any]:
+def _systems_folded(messages: list[Message]) -> list[Message]:
     """Each system message's text put before the user turn that follows it (a user turn of
     its own when none follows)."""
-    out: list[Any] = []
+    out: list[Message] = []
     pending: Any = None
     for message in messages:
         role = message.get("role")
@@ -172,8 +177,8 @@ def _systems_folded(messages: list[Any]) -> list[Any]:
     return out
 
 
-def _same_roles_merged(messages: list[Any]) -> list[Any]:
-    out: list[Any] = []
+def _same_roles_merged(messages: list[Message]) -> list[Message]:
+    out: list[Message] = []
     for message in messages:
         previous = out[-1] if out else None
         if (
@@ -192,7 +197,7 @@ def _same_roles_merged(messages: list[Any]) -> list[Any]:
     return out
 
 
-def _typed(message: Mapping[str, Any]) -> Mapping[str, Any]:
+def _typed(message: Message) -> Message:
     content = message.get("content")
     if not isinstance(content, str):
         return message

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["NO_POLYFILLS", "ProbeRender", "TemplateCaps", "probe_caps"]
+__all__ = ["BRIDGES", "NO_POLYFILLS", "ProbeRender", "TemplateCaps", "probe_caps"]
 
 BRIDGES = ("", " ")
 """The assistant turns tried, in order, between tool results and the next user turn for a
