@@ -18,6 +18,7 @@ from urllib.parse import unquote
 from .exclusive_branches import check_exclusive
 from .gbnf import GrammarRules, alt, literal, seq
 from .numeric_ranges import number_rule
+from .regex_pattern import pattern_rule
 from .schema_keywords import (
     ARRAY_KEYWORDS,
     NUMBER_KEYWORDS,
@@ -229,10 +230,14 @@ class _Converter:
         if high is not None and high < low:
             raise not_supported("'maxLength' is below 'minLength'", pointer(path, "maxLength"))
         pattern = schema.get("pattern")
-        if pattern is not None and not (isinstance(pattern, str) and pattern in TRIVIAL_PATTERNS):
-            raise not_supported("'pattern' is not supported", pointer(path, "pattern"))
-        quote = literal('"')
         fmt = schema.get("format")
+        if pattern is not None and not (isinstance(pattern, str) and pattern in TRIVIAL_PATTERNS):
+            if fmt is not None:
+                raise not_supported(
+                    "'pattern' next to 'format' is not supported", pointer(path, "pattern")
+                )
+            return pattern_rule(self.rules, pattern, path, low, high)
+        quote = literal('"')
         if fmt is not None:
             if not isinstance(fmt, str) or fmt not in STRING_FORMATS:
                 raise not_supported(
