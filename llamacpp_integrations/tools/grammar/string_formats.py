@@ -3,6 +3,10 @@
 Each format is a conservative subset of its RFC (3339 for dates and times, 4122 for UUIDs, 5321
 for e-mail addresses) that every validator accepts. This module owns the rules' bodies and the
 length range of the strings each format produces; the rule set adds the rules on first use.
+
+``uuid1`` to ``uuid5`` are not JSON Schema formats, but pydantic writes them (``UUID4`` fields)
+and llama.cpp honours them; pydantic checks the version, so the rules fix the version digit and
+the RFC 4122 variant (``[89ab]``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ FORMAT_RULES: dict[str, str] = {
     ),
     "fmt-date-time": 'fmt-date "T" fmt-time',
     "fmt-uuid": ('[0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}'),
+    **{
+        f"fmt-uuid{v}": (
+            f'[0-9a-f]{{8}} "-" [0-9a-f]{{4}} "-{v}" [0-9a-f]{{3}} "-" [89ab] [0-9a-f]{{3}} "-" '
+            "[0-9a-f]{12}"
+        )
+        for v in range(1, 6)
+    },
     "fmt-email": ('fmt-atom ("." fmt-atom){0,2} "@" (fmt-label "."){1,3} [a-zA-Z]{2,10}'),
     "fmt-atom": "[a-zA-Z0-9_+-]{1,16}",
     "fmt-label": "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,14} [a-zA-Z0-9])?",
@@ -57,6 +68,7 @@ STRING_FORMATS: dict[str, StringFormat] = {
     "time": StringFormat("fmt-time", 9, 21),
     "date-time": StringFormat("fmt-date-time", 20, 32),
     "uuid": StringFormat("fmt-uuid", 36, 36),
+    **{f"uuid{v}": StringFormat(f"fmt-uuid{v}", 36, 36) for v in range(1, 6)},
     "email": StringFormat("fmt-email", 6, 50 + 1 + 3 * 17 + 10),
     "ipv4": StringFormat("fmt-ipv4", 7, 15),
 }
