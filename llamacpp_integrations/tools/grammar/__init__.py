@@ -26,8 +26,12 @@ Supported:
   item;
 * strings: ``minLength`` / ``maxLength`` (counted in code points, as validators do: every escape
   sequence is one character and surrogate escapes are not emitted), ``format`` among ``date``,
-  ``time``, ``date-time``, ``uuid``, ``email``, ``ipv4`` (each a conservative subset, see
-  ``STRING_FORMATS``), ``pattern`` only when it matches every string (``""``, ``".*"``, ``"^.*"``);
+  ``time``, ``date-time``, ``uuid`` (and pydantic's ``uuid1`` to ``uuid5``), ``email``, ``ipv4``
+  (each a conservative subset, see ``STRING_FORMATS``), ``pattern`` in a regular-expression subset
+  (see :mod:`.regex_pattern`: literals and escapes, ``.``, ``\\d`` ``\\w`` ``\\s`` and their
+  negations, bracket classes, groups, alternation, ``* + ? {n} {n,} {n,m}``, ``^`` / ``$`` at the
+  ends), searched as JSON Schema does (an unanchored side allows any text), also together with
+  ``minLength`` / ``maxLength``;
 * integers and numbers with ``minimum`` / ``maximum`` / ``exclusiveMinimum`` /
   ``exclusiveMaximum`` (numeric draft 2020 form and boolean draft 4 form), exact digit by digit;
   ``multipleOf`` only when it is 1;
@@ -39,8 +43,10 @@ Supported:
 Not supported (raise): ``not``, ``if`` / ``then`` / ``else``, ``dependentRequired`` /
 ``dependentSchemas`` / ``dependencies``, ``patternProperties``, ``propertyNames``,
 ``unevaluated*``, ``contains``, ``$dynamicRef``, non-local or anchor ``$ref``, a nested ``$id``,
-other string formats, and constraints next to ``$ref`` / ``anyOf`` / ``oneOf`` / ``allOf`` /
-``enum`` / ``const`` (besides ``type`` for the last two), which would need an intersection.
+other string formats, ``pattern`` with backreferences, lookaround, ``\\b``, inline flags,
+``\\p{...}`` or anchors inside it (or malformed), ``pattern`` next to ``format``, and constraints
+next to ``$ref`` / ``anyOf`` / ``oneOf`` / ``allOf`` / ``enum`` / ``const`` (besides ``type`` for
+the last two), which would need an intersection.
 
 Approximations (all narrowing):
 
@@ -51,8 +57,14 @@ Approximations (all narrowing):
   value exactly on a bound is written without trailing fraction zeros;
 * formats: ``date`` is ``YYYY-MM-DD`` with years 1000-9999, months 01-12 and days valid for the
   month (February up to 28); ``time`` is ``HH:MM:SS[.ffffff]`` with ``Z`` or a ``+HH:MM`` offset
-  (no leap second); ``date-time`` joins them with ``T``; ``uuid`` is lowercase 8-4-4-4-12 hex;
-  ``email`` is ``atom(.atom){0,2}@label.{1,3}tld`` with short ASCII atoms and labels;
+  (no leap second); ``date-time`` joins them with ``T``; ``uuid`` is lowercase 8-4-4-4-12 hex
+  (``uuid1`` to ``uuid5`` with their version digit and the RFC 4122 variant); ``email`` is
+  ``atom(.atom){0,2}@label.{1,3}tld`` with short ASCII atoms and labels;
+* patterns: where regex engines disagree, what all of them match (``\\d`` ``\\w`` ``\\s`` are
+  ASCII; ``\\D`` ``\\W`` exclude non-ASCII characters; ``\\S`` excludes any Unicode whitespace;
+  ``.`` excludes ``\\r``, U+2028 and U+2029 too); one spelling per character (``json.dumps``');
+  at most 10,000 optional copies per repeat; with ``minLength`` / ``maxLength``, exact when one
+  part of the pattern varies in length, else the length range is shared among the varying parts;
 * a schema without ``type`` takes the types its keywords bear on (any JSON value if none); an
   object with declared properties never gets undeclared ones, and ``additionalProperties``
   absent counts as false there;
