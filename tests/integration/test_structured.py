@@ -94,3 +94,20 @@ def test_stop_strings_cannot_cut_the_document(any_engine: InferenceEngine) -> No
     )
     result = generate_structured(engine, request, Address.model_json_schema())
     Address.model_validate(result.value)
+
+
+class Ticket(BaseModel):
+    code: str = Field(pattern=r"^[A-Z]{3}-\d{4}$")
+    contact: str = Field(pattern=r"^[a-z]+@[a-z]+\.(com|org)$")
+    version: str = Field(pattern=r"^v\d+\.\d+$")
+
+
+def test_answers_under_a_pattern_match_it(engine: InferenceEngine) -> None:
+    """Three answers under a schema of ``Field(pattern=...)`` strings: pydantic (its own regex
+    engine) accepts every one."""
+    schema = Ticket.model_json_schema()
+    topics = ["a broken printer", "a login problem", "a slow laptop"]
+    for seed, topic in enumerate(topics):
+        ask = _ask(f"Open a support ticket about {topic}. Answer in JSON.", seed)
+        ticket = Ticket.model_validate(generate_structured(engine, ask, schema).value)
+        assert ticket.code[3] == "-"
