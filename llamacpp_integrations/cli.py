@@ -1,4 +1,5 @@
-"""The ``llamacpp-integrations`` command: ``demo``, ``chat``, ``info``, ``fetch`` and ``serve``."""
+"""The ``llamacpp-integrations`` command: ``demo``, ``chat``, ``info``, ``doctor``, ``fetch`` and
+``serve``."""
 
 from __future__ import annotations
 
@@ -82,6 +83,31 @@ def _info(args: argparse.Namespace) -> int:
     if args.template and info.chat_template:
         print(info.chat_template)
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose, findings_json, findings_table
+
+    template = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
+    config = EngineConfig(model=args.model, mmproj=args.mmproj, n_seq_max=1, n_ctx_per_seq=args.ctx)
+    with Engine(config) as engine:
+        findings = diagnose(engine, template, max_tokens=args.max_tokens)
+    print(findings_json(findings) if args.json else findings_table(findings))
+    return 1 if any(f.status == "fail" for f in findings) else 0
+
+
+def _add_doctor(commands: Any) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="check what the package makes of a model: template, tools, reasoning..."
+    )
+    doctor.add_argument("model", help="path, short name or hf:// reference")
+    add = doctor.add_argument
+    add("--chat-template", default=None, help="a Jinja template file used instead of the GGUF's")
+    add("--mmproj", default=None, help="image projector GGUF, or 'auto'")
+    add("--ctx", type=int, default=4096, help="context of the one sequence checked")
+    add("--max-tokens", type=int, default=128, help="most tokens of each test answer")
+    add("--json", action="store_true", help="print the findings as JSON")
+    doctor.set_defaults(handler=_doctor)
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -200,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--quiet", action="store_true")
     fetch.set_defaults(handler=_fetch)
     _add_serve(commands)
+    _add_doctor(commands)
     return parser
 
 

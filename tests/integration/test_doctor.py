@@ -1,0 +1,89 @@
+"""``llamacpp-integrations doctor`` on the real models: both test models, and SmolLM2 behind
+every template written for the tests (each tool-call style and each reasoning family)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.cli import main
+from llamacpp_integrations.doctor import Finding, diagnose
+from llamacpp_integrations.engine import Engine
+from tests.builders.reasoning_templates import DETECTED
+from tests.conformance.real_templates import template_dir
+
+from .tool_templates import NATIVE_TEMPLATES, STRICT_ALTERNATION
+
+# The findings that must come out "ok" for a model whose template works ("warn" for the
+# template: it works, adapted where it refuses a conversation).
+MUST_PASS = {"template", "forced call", "structured answer", "BOS"}
+
+
+def _passed(found: dict[str, Finding]) -> bool:
+    return found["template"].status in ("ok", "warn") and all(
+        found[name].status == "ok" for name in MUST_PASS - {"template"}
+    )
+
+
+def _by_check(findings: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {finding["check"]: finding for finding in findings}
+
+
+def _doctor(
+    capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, dict[str, dict[str, str]]]:
+    code = main(["doctor", *args, "--json", "--max-tokens", "96"])
+    return code, _by_check(json.loads(capsys.readouterr().out))
+
+
+def test_doctor_on_smollm(capsys: pytest.CaptureFixture[str], smollm_path: Path) -> None:
+    code, found = _doctor(capsys, str(smollm_path))
+    assert code == 0
+    assert all(found[name]["status"] == "ok" for name in MUST_PASS), found
+    assert "tokens/s" in found["speed"]["detail"]
+    assert "sequences" in found["context and memory"]["detail"]
+
+
+def test_doctor_on_gemma(capsys: pytest.CaptureFixture[str], gemma_path: Path) -> None:
+    # The packaged Gemma 3 270M carries no chat template: the doctor says so and exits 1,
+    # with only the checks that need none.
+    code, found = _doctor(capsys, str(gemma_path))
+    assert code == 1
+    assert (
+        found["template"]["status"] == "fail" and "--chat-template" in found["template"]["detail"]
+    )
+    assert set(found) == {"template", "images", "context and memory"}
+    # With Gemma 2's real template, which refuses system messages: adapted, and it works.
+    gemma2 = template_dir() / "google-gemma-2-2b-it.jinja"
+    code, found = _doctor(capsys, str(gemma_path), "--chat-template", str(gemma2))
+    assert code == 0, found
+    assert found["template"]["status"] == "warn" and "system_role" in found["template"]["detail"]
+    assert found["BOS"]["detail"].startswith("one BOS")
+
+
+@pytest.mark.parametrize("style", sorted(NATIVE_TEMPLATES))
+def test_each_tool_style_is_found_and_calls(engine: Engine, style: str) -> None:
+    found = {f.check: f for f in diagnose(engine, NATIVE_TEMPLATES[style], max_tokens=96)}
+    assert _passed(found), found
+    assert found["tool-call style"].detail == f"native: {style}"
+
+
+def test_a_template_refusing_turn_orders_is_adapted(engine: Engine) -> None:
+    found = {f.check: f for f in diagnose(engine, STRICT_ALTERNATION, max_tokens=96)}
+    assert _passed(found), found
+    assert found["tool-call style"].detail.startswith("the package's own prompt")
+
+
+@pytest.mark.parametrize("family", sorted(DETECTED))
+def test_each_reasoning_family_is_found_and_a_forced_answer_comes(
+    engine: Engine, family: str
+) -> None:
+    template, format = DETECTED[family]
+    found = {f.check: f for f in diagnose(engine, template, max_tokens=96)}
+    assert _passed(found), found
+    if format is None:
+        assert found["reasoning"].status == "info"
+    else:
+        assert found["reasoning"].detail.startswith(f"{format.family} {format.start}")
