@@ -49,7 +49,7 @@ integration: models
 # the site shows, so the strict docs build comes last.
 test: models lint
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest tests/integration tests/standard tests/notebooks --durations=25
+	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks --durations=25
 	$(BIN)/mkdocs build --strict --quiet
 
 # Execute the example notebooks (writing the executed copies the docs show).
