@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -51,6 +51,12 @@ test: models lint
 	$(BIN)/pytest tests/unit
 	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks --durations=25
 	$(BIN)/mkdocs build --strict --quiet
+
+# Every real chat template llama.cpp ships (70) on the real model, through every check, and the
+# docs' table written from the results (make test runs one template of each kind: 25).
+conformance: models
+	CONFORMANCE=all $(BIN)/pytest tests/conformance
+	$(BIN)/python -m tests.conformance.table
 
 # Execute the example notebooks (writing the executed copies the docs show).
 notebooks: models

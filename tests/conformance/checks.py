@@ -20,11 +20,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
 
-from llamacpp_integrations.engine import InferenceEngine
+from llamacpp_integrations.engine import ChatRequest, InferenceEngine
 from llamacpp_integrations.errors import ChatTemplateError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.prompts.chat_rendering import ChatTemplates
-from llamacpp_integrations.tools import detect_reasoning
+from llamacpp_integrations.tools import detect_reasoning, detect_tool_support
 
 MAX_TOKENS = 128
 """What a check that needs an answer may generate: room for a call after some thinking."""
@@ -68,6 +68,7 @@ HISTORY: list[BaseMessage] = [
     ToolMessage("Sunny, 21 degrees.", tool_call_id="call0pari"),
     HumanMessage("Thanks. Should I take an umbrella?"),
 ]
+QUESTION_DICT = {"role": "user", "content": "Hello."}
 WEATHER_SCHEMA = get_weather.tool_call_schema.model_json_schema()
 
 
@@ -167,6 +168,35 @@ def thinks(source: str) -> bool:
         return detect_reasoning(cast(InferenceEngine, renderer), source) is not None
     except ChatTemplateError:
         return False
+
+
+def behaviour(source: str) -> tuple[object, ...]:
+    """What decides how the package treats a template: its tool-call style, its reasoning
+    format's shape and the polyfills it needs (probed by rendering, no model). Templates alike
+    in all three take the same paths."""
+    renderer = ChatTemplates(None)
+    engine = cast(InferenceEngine, renderer)
+    try:
+        support = detect_tool_support(engine, source)
+        format = detect_reasoning(engine, source)
+        caps = renderer.template_for(ChatRequest(messages=[QUESTION_DICT], chat_template=source))
+    except ChatTemplateError as exc:
+        return ("fails", str(exc))
+    style = support.syntax.name if support.syntax else ("own prompt", support.renders_tools)
+    shape = (
+        None
+        if format is None
+        else (format.family, format.starts_inside, format.switch is not None, format.default_on)
+    )
+    return (style, shape, caps.caps)
+
+
+def representatives(templates: dict[str, str]) -> dict[str, str]:
+    """The first template (by name) of each kind ``behaviour`` tells apart."""
+    chosen: dict[tuple[object, ...], str] = {}
+    for name in sorted(templates):
+        chosen.setdefault(behaviour(templates[name]), name)
+    return {name: templates[name] for name in sorted(chosen.values())}
 
 
 def checks_for(source: str) -> list[str]:
