@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -49,11 +49,15 @@ integration: models
 # the site shows, so the strict docs build comes last.
 test: models lint
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks --durations=25
+	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks -m 'not soak' --durations=25
 	$(BIN)/mkdocs build --strict --quiet
 
+# One minute of the soak with its leak checks, as a test (make soak runs it for MINUTES).
+soak-test: models
+	$(BIN)/pytest tests/integration/test_soak.py
+
 # Every real chat template llama.cpp ships (70) on the real model, through every check, and the
-# docs' table written from the results (make test runs one template of each kind: 25).
+# docs' table written from the results (make test runs one template of each kind, 26).
 conformance: models
 	CONFORMANCE=all $(BIN)/pytest tests/conformance
 	$(BIN)/python -m tests.conformance.table
@@ -194,7 +198,7 @@ bench-serve: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
 
 # Soak: mixed traffic (threads and asyncio, cancellations, timeouts, overload) for MINUTES, then
-# leak checks; tests/integration/test_soak.py runs one minute of it in `make test`.
+# leak checks; `make soak-test` runs one minute of it as a test (tests/integration/test_soak.py).
 MINUTES ?= 10
 soak: models
 	$(BIN)/python benchmarks/soak.py --minutes $(MINUTES) --json benchmarks/results/soak.json

@@ -1,4 +1,5 @@
-"""One minute of the soak (``benchmarks/soak.py``): mixed traffic, cancellations, timeouts and
+"""One minute of the soak (``benchmarks/soak.py``; ``make soak-test``, not in ``make test``, which
+keeps CI under 30 minutes): mixed traffic, cancellations, timeouts and
 overload from threads and asyncio at once, then its checks (every request ended once with a
 result or a typed error, idle KV, no thread or fd leak, bounded RSS growth, fixed greedy
 prompts unchanged). It runs in a process of its own, so its leak checks see only its engine."""
@@ -11,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.soak
 
 
 def test_soak_one_minute(tmp_path: Path, smollm_path: Path) -> None:
