@@ -311,7 +311,7 @@ def test_streamed_deltas_add_up_to_the_answer(
     engine = any_engine
     template = TEMPLATES[template_name]
     support = detect_tool_support(engine, template)
-    for prompt in PROMPTS[::8]:
+    for prompt in PROMPTS[::11]:
         request = ChatRequest(
             messages=[{"role": "user", "content": prompt}],
             chat_template=template,
