@@ -19,6 +19,9 @@ from starlette.routing import Route
 from ..client import model_display_name
 from ..engine import InferenceEngine
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
+from .exchange import Exchange
+from .metrics import ServerMetrics
+from .roster import OneModel
 from .routes import Endpoints, ServerSettings
 from .security import ApiKeyMiddleware, BodyLimitMiddleware
 
@@ -63,20 +66,15 @@ def create_app(
     Returns:
         A Starlette application; run it with any ASGI server (``serve`` uses uvicorn).
     """
-    endpoints = Endpoints(
-        engine,
-        ServerSettings(
-            model_name=model_name or default_model_name(engine),
-            image_policy=image_policy,
-            request_timeout=request_timeout,
-        ),
-    )
+    roster = OneModel(engine, model_name or default_model_name(engine), owns_engine=close_engine)
+    exchange = Exchange(roster, ServerMetrics())
+    settings = ServerSettings(image_policy=image_policy, request_timeout=request_timeout)
+    endpoints = Endpoints(exchange, settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        if close_engine:
-            engine.close()  # in-flight requests were finished or cancelled by now
+        roster.close()  # in-flight requests were finished or cancelled by now
 
     routes = [
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),

@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from .errors import ApiError
 
-__all__ = ["ClientGone", "EventStream", "sse", "until_disconnect"]
+__all__ = ["DONE", "ClientGone", "EventStream", "named_sse", "sse", "until_disconnect"]
 
 T = TypeVar("T")
 
@@ -33,6 +33,13 @@ class ClientGone(Exception):
 def sse(body: dict[str, Any]) -> bytes:
     """One server-sent event carrying ``body`` as JSON."""
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def named_sse(event: str, body: dict[str, Any]) -> bytes:
+    """One server-sent event of type ``event`` carrying ``body`` as JSON (the Anthropic and
+    Responses streams name each event)."""
+    data = json.dumps(body, separators=(",", ":"))
+    return f"event: {event}\ndata: {data}\n\n".encode()
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -61,18 +68,28 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
 
 class EventStream(Response):
     """An SSE response of ``events`` (bytes, each a whole event). An error raised by the
-    generator after the stream began (an ``ApiError``) is sent as an error event, then
-    ``[DONE]``. ``on_close`` is called at the end with whether the client went away."""
+    generator after the stream began (an ``ApiError``) is sent as ``error_event`` of it, then
+    ``done`` (OpenAI's ``[DONE]`` by default; ``None``: nothing). ``on_close`` and those
+    ``after_close`` adds are called at the end with whether the client went away."""
 
     def __init__(
         self,
         events: AsyncGenerator[bytes, None],
         on_close: Callable[[bool], None] | None = None,
+        *,
+        error_event: Callable[[ApiError], bytes] = ApiError.sse,
+        done: bytes | None = DONE,
     ) -> None:
         super().__init__(media_type="text/event-stream")
         self.events = events
-        self.on_close = on_close
+        self.on_close = [on_close] if on_close is not None else []
+        self.error_event = error_event
+        self.done = done
         self.client_gone = False
+
+    def after_close(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback`` too when the stream ends."""
+        self.on_close.append(callback)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -93,8 +110,8 @@ class EventStream(Response):
         finally:
             watch.cancel()
             await self.events.aclose()
-            if self.on_close is not None:
-                self.on_close(self.client_gone)
+            for callback in self.on_close:
+                callback(self.client_gone)
 
     async def _pump(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -102,5 +119,6 @@ class EventStream(Response):
             async for event in self.events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
         except ApiError as error:
-            await send({"type": "http.response.body", "body": error.sse(), "more_body": True})
-        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+            body = self.error_event(error)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": self.done or b"", "more_body": False})
