@@ -234,6 +234,49 @@ def _cuts_tagged_history(engine: ChatRenderer, template: str | None, tags: tuple
     return _ANSWER in rendered and _REASONING not in rendered
 
 
+def _empty_tags_before_answer(engine: ChatRenderer, template: str | None) -> tuple[str, str] | None:
+    """The tags of an empty reasoning block the template writes before an earlier answer,
+    as templates of models that open their thinking themselves do (Kimi K2 Thinking)."""
+    turns = [
+        {"role": "user", "content": _QUESTION},
+        {"role": "assistant", "content": _ANSWER},
+    ]
+    rendered = _render(engine, template, turns, generation_prompt=False)
+    match = _EMPTY_BLOCK_BEFORE_ANSWER.search(rendered)
+    return _tags_named(match.group(1)) if match else None
+
+
+_EMPTY_BLOCK_BEFORE_ANSWER = re.compile(
+    r"<([A-Za-z_:]*think[A-Za-z_]*)>\s*</\1>\s*" + re.escape(_ANSWER)
+)
+
+
+def _plain_markers(prompt: str, history: str) -> tuple[str, str] | None:
+    """Markers that are not tags: the generation prompt ends with a phrase that opens the
+    reasoning, and the template writes earlier reasoning, then a phrase, then the answer
+    (Apriel's "Here are my reasoning steps:" ... "[BEGIN FINAL RESPONSE]")."""
+    at, answer_at = history.find(_REASONING), history.find(_ANSWER)
+    if at < 0 or answer_at < at:
+        return None
+    end = history[at + len(_REASONING) : answer_at].strip()
+    before = history[:at]
+    # The assistant turn's header is the longest end of what precedes the reasoning that the
+    # generation prompt holds too; what the prompt writes after that header opens it.
+    header = next(
+        (before[i:] for i in range(len(before)) if before[i:].strip() and before[i:] in prompt),
+        "",
+    )
+    start = prompt[prompt.rfind(header) + len(header) :].strip() if header else ""
+    # Plain words only: special tokens and tags there belong to other formats (a channel
+    # header, a closed empty block), and a phrase the earlier turn also shows opens nothing.
+    if not start or not end or _SPECIAL.search(start) or start in before:
+        return None
+    return start, end
+
+
+_SPECIAL = re.compile("[<>|\uff5c]")  # \uff5c: the full-width bar of DeepSeek-style tokens
+
+
 def _think_tags(
     engine: ChatRenderer,
     template: str | None,
@@ -247,6 +290,21 @@ def _think_tags(
     tags = opening or switch_tags or around
     if tags is None and _cuts_tagged_history(engine, template, _DEFAULT_TAGS):
         tags = _DEFAULT_TAGS
+    if tags is None:
+        tags = _empty_tags_before_answer(engine, template)
+    if tags is None and field is not None:
+        markers = _plain_markers(on_prompt, history)
+        if markers is not None:
+            return ReasoningFormat(
+                family="think-tags",
+                start=markers[0],
+                end=markers[1],
+                starts_inside=True,
+                switch=switch,
+                default_on=default_on,
+                renders_history=True,
+                history_field=field,
+            )
     if tags is None:
         return None
     return ReasoningFormat(

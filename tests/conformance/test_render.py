@@ -207,3 +207,30 @@ def test_probes_find_what_the_family_refuses(name: str) -> None:
         pytest.skip(f"{name} is not among this version's templates")
     caps = templates(name).template_for(ChatRequest(messages=[USER])).caps
     assert replace(NO_POLYFILLS, **EXPECTED_CAPS[name]) == caps
+
+
+# Reasoning formats found on real templates whose models open their thinking some other way
+# than the generation prompt opening a tag: an empty block before earlier answers (the model
+# writes the tags itself), and plain phrases around the reasoning.
+REASONING_SHAPES: dict[str, tuple[str, str, bool]] = {
+    "Kimi-K2-Thinking": ("<think>", "</think>", False),
+    "Apriel-1.6-15b-Thinker-fixed": (
+        "Here are my reasoning steps:",
+        "[BEGIN FINAL RESPONSE]",
+        True,
+    ),
+    "Qwen-QwQ-32B": ("<think>", "</think>", True),
+}
+NOT_REASONING = ("muse-glimmer", "meta-llama-Llama-3.1-8B-Instruct", "google-gemma-2-2b-it")
+
+
+@pytest.mark.parametrize("name", list(REASONING_SHAPES))
+def test_reasoning_shapes_are_detected(name: str) -> None:
+    format = detect_reasoning(renderer(name))
+    assert format is not None
+    assert (format.start, format.end, format.starts_inside) == REASONING_SHAPES[name]
+
+
+@pytest.mark.parametrize("name", NOT_REASONING)
+def test_templates_without_a_reasoning_format_get_none(name: str) -> None:
+    assert detect_reasoning(renderer(name)) is None
