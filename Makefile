@@ -57,7 +57,7 @@ soak-test: models
 	$(BIN)/pytest tests/integration/test_soak.py
 
 # Every real chat template llama.cpp ships (70) on the real model, through every check, and the
-# docs' table written from the results (make test runs one template of each kind, 26).
+# docs' table written from the results (make test runs 16 that show every kind of behaviour).
 conformance: models
 	CONFORMANCE=all $(BIN)/pytest tests/conformance
 	$(BIN)/python -m tests.conformance.table

@@ -192,11 +192,21 @@ def behaviour(source: str) -> tuple[object, ...]:
 
 
 def representatives(templates: dict[str, str]) -> dict[str, str]:
-    """The first template (by name) of each kind ``behaviour`` tells apart."""
-    chosen: dict[tuple[object, ...], str] = {}
-    for name in sorted(templates):
-        chosen.setdefault(behaviour(templates[name]), name)
-    return {name: templates[name] for name in sorted(chosen.values())}
+    """Few templates that between them show every tool-call style, every reasoning shape and
+    every set of polyfills ``behaviour`` tells apart (each at least once, not every
+    combination): greedily, the template showing the most not yet shown, first by name."""
+    kinds = {name: behaviour(templates[name]) for name in sorted(templates)}
+    # A behaviour's parts, each tagged with its place so equal values of two parts differ.
+    parts = {name: set(enumerate(kind)) for name, kind in kinds.items()}
+    shown: set[tuple[int, object]] = set()
+    chosen: list[str] = []
+    while True:
+        name = max(parts, key=lambda n: len(parts[n] - shown))
+        if not parts[name] - shown:
+            break
+        chosen.append(name)
+        shown |= parts[name]
+    return {name: templates[name] for name in sorted(chosen)}
 
 
 def checks_for(source: str) -> list[str]:

@@ -3,8 +3,8 @@
 One session runs every check on the templates under test, sixteen calls at a time on one
 engine (SmolLM2-135M behind each template), and each (template, check) is a test. ``make
 conformance`` (``CONFORMANCE=all``) runs every template llama.cpp ships, about four minutes;
-``make test`` runs one template of each kind (``checks.representatives``: the same tool-call
-style, reasoning shape and polyfills take the same paths) and two more, 26 of the 70. What the
+``make test`` runs few templates that between them show every tool-call style, reasoning
+shape and set of polyfills (``checks.representatives``) and two more, 16 of the 70. What the
 tiny model cannot do is listed in ``KNOWN_FAILURES`` with the reason, and in the docs' table
 (``docs/guides/model-templates.md``, written by ``python -m tests.conformance.table`` from the
 results a full run saves); a listed failure that passes on some CPU is fine.
