@@ -212,10 +212,10 @@ async def test_every_returned_call_is_valid(
     engine = any_engine
     if not isinstance(engine, Engine):
         n_prompts = min(n_prompts, 8)  # the same guarantees; a smaller recording to replay
-    elif mode != "auto":
+    else:
         # Where the answer's shape is forced, five prompts (the real templates of each style
-        # run the same modes in tests/conformance); "auto" keeps all, where choices vary.
-        n_prompts = min(n_prompts, 5)
+        # run the same modes in tests/conformance); "auto" keeps twelve, where choices vary.
+        n_prompts = min(n_prompts, 12 if mode == "auto" else 5)
     template = TEMPLATES[template_name]
     if mode == "named":
         choices: list[object] = [NAMES[i % len(NAMES)] for i in range(n_prompts)]
@@ -248,7 +248,11 @@ async def test_parallel_calls_off_means_one_call(
     any_engine: InferenceEngine, template_name: str
 ) -> None:
     engine = any_engine
-    outcomes = await run_all(engine, TEMPLATES[template_name], ["required"] * 8, parallel=False)
+    # Five prompts locally, as the other forced modes; a recording replays all eight it holds.
+    n_prompts = 5 if isinstance(engine, Engine) else 8
+    outcomes = await run_all(
+        engine, TEMPLATES[template_name], ["required"] * n_prompts, parallel=False
+    )
     finished = [o for o in outcomes if isinstance(o, ToolCallResult)]
     report(f"{template_name}/required/no-parallel", outcomes, finished)
     assert len(finished) >= 0.8 * len(outcomes)
