@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel
@@ -71,6 +71,7 @@ REQUEST_OPTIONS = (
     "reasoning",
     "reasoning_budget",
     "grammar",
+    "template_kwargs",
 )
 TOOL_OPTIONS = (
     "tools",
@@ -93,6 +94,7 @@ NULLABLE_OPTIONS = frozenset(
         "reasoning",  # the template's default
         "reasoning_budget",  # no budget
         "grammar",  # no grammar
+        "template_kwargs",  # no extra template variables
         "logit_bias",  # no bias
         "seed",  # a random seed
         "model",  # the adapter's model
@@ -164,6 +166,10 @@ class CallOptions:
         reasoning_budget: Most tokens of thinking; then the engine ends the reasoning itself.
         grammar: A GBNF grammar (root rule ``root``) the answer must follow; not together with
             tools or a response format, which bring grammars of their own.
+        template_kwargs: Extra variables for the chat template (llama-server's
+            ``chat_template_kwargs``). A reasoning template's switch given here (Qwen3's
+            ``enable_thinking``) counts as ``reasoning`` when that is not set; ``reasoning``
+            wins where both are.
         tools: OpenAI-style tool dicts offered to the model (``None``: no tools).
         tool_choice: How tools must be used (any spelling ``normalize_tool_choice`` reads).
         parallel_tool_calls: Whether one answer may call several tools.
@@ -182,6 +188,7 @@ class CallOptions:
     reasoning: bool | None = None
     reasoning_budget: int | None = None
     grammar: str | None = None
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     tools: tuple[Mapping[str, Any], ...] | None = None
     tool_choice: object = "auto"
     parallel_tool_calls: bool = True
@@ -250,6 +257,7 @@ class CallOptions:
             reasoning=pick("reasoning"),
             reasoning_budget=pick("reasoning_budget"),
             grammar=grammar,
+            template_kwargs=_template_kwargs(pick("template_kwargs")),
             tools=_tool_dicts(tools),
             tool_choice="auto" if tool_choice is None else tool_choice,
             parallel_tool_calls=bool(pick("parallel_tool_calls")),
@@ -269,6 +277,14 @@ def _grammar(value: object) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequestError("grammar must be a non-empty GBNF string with a 'root' rule")
     return value
+
+
+def _template_kwargs(value: object) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise InvalidRequestError("template_kwargs must be a mapping of variable names to values")
+    return dict(value)
 
 
 def _tool_dicts(tools: object) -> tuple[Mapping[str, Any], ...] | None:

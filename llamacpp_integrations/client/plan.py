@@ -192,10 +192,17 @@ def _root_first(grammar: str) -> str:
 
 def reasoning_spec(format: ReasoningFormat | None, options: CallOptions) -> ReasoningSpec | None:
     """What a call asks of a reasoning model (``None`` for a template without reasoning:
-    ``reasoning`` and ``reasoning_budget`` do nothing there)."""
+    ``reasoning`` and ``reasoning_budget`` do nothing there). The template's switch among the
+    call's ``template_kwargs`` counts when ``reasoning`` is not set."""
     if format is None:
         return None
-    return ReasoningSpec(format, enabled=options.reasoning, budget=options.reasoning_budget)
+    enabled = options.reasoning
+    switched = options.template_kwargs.get(format.switch) if format.switch else None
+    if enabled is None and isinstance(switched, bool):
+        # The caller set the template's own switch as a variable: the output is read the way
+        # that prompt makes it (a reasoning request would set the same variable).
+        enabled = switched
+    return ReasoningSpec(format, enabled=enabled, budget=options.reasoning_budget)
 
 
 def _room_for_forced_answer(
@@ -257,6 +264,11 @@ def request_of(
         "grammar": options.grammar,
     }
     if messages is not None:
-        return ChatRequest(messages=messages, chat_template=options.chat_template, **common)
+        return ChatRequest(
+            messages=messages,
+            chat_template=options.chat_template,
+            template_kwargs=options.template_kwargs,
+            **common,
+        )
     assert prompt is not None
     return CompletionRequest(prompt=prompt, **common)

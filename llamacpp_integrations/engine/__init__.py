@@ -13,7 +13,13 @@ from ..prompts.media import ImageInput
 from ..prompts.reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .channel import RequestHandle
 from .config import EngineConfig, LoraAdapter, WeightsKey
-from .interface import ChatRenderer, ChunkingEngine, InferenceEngine, RerankingEngine
+from .interface import (
+    ChatRenderer,
+    ChunkingEngine,
+    InferenceEngine,
+    RerankingEngine,
+    TokenPieceEngine,
+)
 from .registry import engine_for, live_engines, shared_engine
 from .results import (
     Completion,
@@ -58,6 +64,7 @@ __all__ = [
     "StreamChunk",
     "Timings",
     "TokenLogprob",
+    "TokenPieceEngine",
     "TopLogprob",
     "Usage",
     "WeightsKey",

@@ -187,6 +187,16 @@ class Engine:
         """The text of ``tokens`` (control tokens shown only with ``special``)."""
         return self._model.detokenize(tokens, special=special)
 
+    def token_piece(self, token: int, *, special: bool = True) -> bytes:
+        """The bytes of one token, as the vocabulary holds them (maybe part of a character).
+
+        Raises:
+            InvalidRequestError: ``token`` is not in the vocabulary.
+        """
+        if not 0 <= token < self.info.n_vocab:
+            raise InvalidRequestError(f"token {token} is not in the vocabulary")
+        return self._model.token_to_piece(token, special=special)
+
     @property
     def media_marker(self) -> str | None:
         """Where an image goes in a ``CompletionRequest`` prompt (``None`` without projector)."""

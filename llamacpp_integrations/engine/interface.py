@@ -18,7 +18,14 @@ from typing import Protocol, runtime_checkable
 from .results import Completion, ModelInfo, StreamChunk
 from .types import ChatRequest, CompletionRequest, GenerationRequest
 
-__all__ = ["ChatRenderer", "ChunkingEngine", "InferenceEngine", "PromptRequest", "RerankingEngine"]
+__all__ = [
+    "ChatRenderer",
+    "ChunkingEngine",
+    "InferenceEngine",
+    "PromptRequest",
+    "RerankingEngine",
+    "TokenPieceEngine",
+]
 
 PromptRequest = ChatRequest | CompletionRequest
 
@@ -180,4 +187,15 @@ class ChunkingEngine(Protocol):
         chunk: bool = False,
     ) -> list[list[float]]:
         """Async ``embed``."""
+        ...
+
+
+@runtime_checkable
+class TokenPieceEngine(Protocol):
+    """An optional capability: one token's text as the raw bytes the vocabulary holds, which
+    ``detokenize`` cannot give for a token that is part of a UTF-8 character (byte-level
+    vocabularies split emoji and most non-Latin characters so)."""
+
+    def token_piece(self, token: int, *, special: bool = True) -> bytes:
+        """The bytes of ``token`` (control tokens' text too, unless ``special`` is off)."""
         ...

@@ -32,6 +32,7 @@ __all__ = [
     "live_engines",
     "open_local_engine",
     "shared_engine",
+    "unload_kept_engine",
     "unload_kept_engines",
 ]
 
@@ -167,6 +168,24 @@ def _expire(key: EngineConfig, engine: InferenceEngine) -> None:
         if _ENGINES.get(key) is engine:
             del _ENGINES[key]
     engine.close()
+
+
+def unload_kept_engine(engine: InferenceEngine) -> bool:
+    """Close ``engine`` now if it is kept alive after its last holder let go (what
+    ``unload_kept_engines`` does for all of them, for one owner's engine); whether it was.
+    An engine someone holds again is left alone."""
+    with _LOCK:
+        key = next((k for k, kept in _KEPT.items() if kept is engine), None)
+        if key is None:
+            return False
+        del _KEPT[key]
+        timer = _TIMERS.pop(key, None)
+        if _ENGINES.get(key) is engine:
+            del _ENGINES[key]
+    if timer is not None:
+        timer.cancel()
+    engine.close()
+    return True
 
 
 def unload_kept_engines() -> int:

@@ -234,6 +234,16 @@ def _finish_reason(
 _CUT_BEFORE_CALL = "max_tokens ended the answer before its call began"
 
 
+def _only_callable(plan: ToolCallPlan) -> str | None:
+    """The one tool an answer that must call may call (a named choice, or a single tool
+    offered), else ``None``."""
+    if plan.choice.name is not None:
+        return plan.choice.name
+    if plan.choice.must_call and len(plan.tools) == 1:
+        return plan.tools[0].name
+    return None
+
+
 @dataclass(frozen=True)
 class _End:
     """How an answer ended: its last text and call deltas, its whole text, its calls, and the
@@ -256,13 +266,16 @@ def _end(
     )
     if finish_reason == "length" and plan.cut == "keep":
         text, deltas, parsed, begun = stream.finish_cut(last)
+        # A call cut before its name was written is still known by name where only one tool
+        # could be called (a named tool_choice): callers can then say which call was cut.
+        name = _only_callable(plan)
         invalid = tuple(
-            InvalidToolCall(c.id, c.name, c.arguments, "max_tokens ended the call early")
+            InvalidToolCall(c.id, c.name or name, c.arguments, "max_tokens ended the call early")
             for c in begun
         )
         if not invalid and not parsed.tool_calls and plan.choice.must_call:
             # Cut before the call's object began: still the call that had to come.
-            invalid = (InvalidToolCall(new_tool_call_id(), None, "", _CUT_BEFORE_CALL),)
+            invalid = (InvalidToolCall(new_tool_call_id(), name, "", _CUT_BEFORE_CALL),)
         end = _End(text, deltas, parsed.content, parsed.tool_calls, invalid)
     else:
         try:
