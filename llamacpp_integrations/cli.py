@@ -8,12 +8,22 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .engine import ChatMessage, ChatRequest, Engine, EngineConfig, SamplingParams
-from .errors import ImageInputNotSupportedError, LlamaCppIntegrationError
+from .engine import (
+    ChatMessage,
+    ChatRequest,
+    Engine,
+    EngineConfig,
+    InferenceEngine,
+    SamplingParams,
+)
+from .errors import ImageInputNotSupportedError, InvalidRequestError, LlamaCppIntegrationError
 from .models import KNOWN_MODELS, fetch_known_model, read_gguf_info, resolve_model_path
 from .multimodal import ImagePolicy, load_image
+
+if TYPE_CHECKING:  # the server is an extra: imported when serving
+    from .server.roster import ModelRoster
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -117,9 +127,10 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def serve_config(args: argparse.Namespace) -> EngineConfig:
-    """The engine configuration ``serve``'s options describe."""
+    """The engine configuration ``serve``'s options describe (of several models, each is
+    loaded with these settings)."""
     return EngineConfig(
-        model=args.model,
+        model=args.models[0] if args.models else args.model,
         mmproj=args.mmproj,
         n_seq_max=args.slots,
         n_ctx_per_seq=args.ctx,
@@ -131,19 +142,40 @@ def serve_config(args: argparse.Namespace) -> EngineConfig:
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _served(args: argparse.Namespace) -> tuple[InferenceEngine | None, ModelRoster | None]:
+    """What ``serve`` serves: one model, loaded now; or several (or a folder of them, or one
+    with ``--keep-alive``), each loaded on its first request and unloaded when idle."""
     from .engine import shared_engine
+    from .server import DEFAULT_KEEP_ALIVE, OnDemandRoster, served_model_files
+
+    where = f"http://{args.host}:{args.port}/v1"
+    specs = args.models or [args.model or os.environ.get("LLAMACPP_MODEL", DEFAULT_MODEL)]
+    if len(specs) == 1 and not Path(specs[0]).expanduser().is_dir() and args.keep_alive is None:
+        engine = shared_engine(serve_config(args))
+        print(f"serving {engine.info.path} on {where}", file=sys.stderr)
+        return engine, None
+    models = served_model_files(specs)
+    if args.model_name is not None:
+        if len(models) > 1:
+            raise InvalidRequestError("--model-name names one model; several go by file name")
+        models = {args.model_name: next(iter(models.values()))}
+    keep_alive = DEFAULT_KEEP_ALIVE if args.keep_alive is None else args.keep_alive
+    roster = OnDemandRoster(models, config=serve_config(args), keep_alive=keep_alive)
+    print(f"serving {', '.join(models)} on {where}, each loaded when asked for", file=sys.stderr)
+    return None, roster
+
+
+def _serve(args: argparse.Namespace) -> int:
     from .server import serve
 
-    config = serve_config(args)
     policy = ImagePolicy(
         allow_remote=args.allow_image_urls,
         allowed_dirs=tuple(Path(d).expanduser().resolve() for d in args.image_dir),
     )
-    engine = shared_engine(config)
-    print(f"serving {engine.info.path} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    engine, roster = _served(args)
     serve(
         engine,
+        roster=roster,
         host=args.host,
         port=args.port,
         grace_period=args.grace_period,
@@ -160,7 +192,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _add_serve(commands: Any) -> None:
     serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP server")
-    serve.add_argument("model", nargs="?", default=None, help="path, short name or hf:// reference")
+    serve.add_argument(
+        "models",
+        nargs="*",
+        metavar="model",
+        help="path, short name or hf:// reference; several, or a folder of GGUFs, serve several",
+    )
     add = serve.add_argument
     add("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     add("--port", type=int, default=8000)
@@ -184,6 +221,13 @@ def _add_serve(commands: Any) -> None:
     )
     add("--mmproj", default=None, help="image projector GGUF, or 'auto'")
     add("--model-name", default=None, help="the model's id in /v1/models")
+    add(
+        "--keep-alive",
+        type=float,
+        default=None,
+        help="seconds an idle model stays loaded when models load on demand (default 300; "
+        "0: unload at once; -1: never); with one model, loads it on its first request",
+    )
     add("--request-timeout", type=float, default=None, help="seconds per generation (504)")
     add("--max-body-bytes", type=int, default=32 * 1024 * 1024)
     add("--allow-image-urls", action="store_true", help="fetch http(s) image URLs")
@@ -191,7 +235,7 @@ def _add_serve(commands: Any) -> None:
     add("--cors-origin", action="append", default=[], help="a browser origin allowed (CORS)")
     add("--grace-period", type=int, default=10, help="seconds in-flight requests get to finish")
     add("--log-level", default="info", help="uvicorn's log level ('warning': no access log)")
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(handler=_serve, model=None)
 
 
 def build_parser() -> argparse.ArgumentParser:

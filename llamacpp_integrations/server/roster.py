@@ -41,10 +41,12 @@ class ModelLease:
 
 @dataclass(frozen=True)
 class ModelCard:
-    """A model as ``/v1/models`` lists it: its id, and its facts when it is loaded."""
+    """A model as ``/v1/models`` lists it: its id, its facts when it is loaded, and for a
+    roster that loads models on demand whether it is (``loaded``, ``loading``, ``unloaded``)."""
 
     name: str
     info: ModelInfo | None
+    status: str | None = None
 
 
 class ModelRoster(Protocol):
@@ -89,6 +91,8 @@ def model_card(card: ModelCard) -> dict[str, Any]:
             "n_params": info.n_params,
             "supports_images": info.supports_images,
         }
+    if card.status is not None:  # the shape llama-server's router mode lists models in
+        body["status"] = {"value": card.status}
     return body
 
 

@@ -11,31 +11,34 @@ from typing import Any
 
 from ..engine import InferenceEngine
 from .app import create_app
+from .roster import ModelRoster
 
 __all__ = ["serve"]
 
 
 def serve(
-    engine: InferenceEngine,
+    engine: InferenceEngine | None = None,
     *,
+    roster: ModelRoster | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     grace_period: int = 10,
     log_level: str = "info",
     **app_options: Any,
 ) -> None:
-    """Serve ``engine`` until interrupted (see ``create_app`` for ``app_options``); the
-    engine is closed when the server stops."""
+    """Serve ``engine``, or the models of ``roster``, until interrupted (see ``create_app``
+    for ``app_options``); the engine, or the roster's models, are closed when the server
+    stops."""
     import uvicorn
 
-    app = create_app(engine, close_engine=True, **app_options)
+    app = create_app(engine, roster=roster, close_engine=True, **app_options)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=grace_period,
-        # One loop, one engine: more workers would load the weights once per process.
+        # One loop, one engine per model: more workers would load the weights once per process.
         workers=1,
     )
     uvicorn.Server(config).run()

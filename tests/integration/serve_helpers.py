@@ -16,9 +16,10 @@ from tests.live.llama_servers import free_port
 
 
 def start_server(
-    engine: InferenceEngine, grace_period: int = 5, **options: Any
+    engine: InferenceEngine | None, grace_period: int = 5, **options: Any
 ) -> tuple[str, uvicorn.Server, threading.Thread]:
-    """A server over ``engine`` running on a thread: its base URL, the server, the thread."""
+    """A server over ``engine`` (or, with ``engine`` ``None``, the ``roster=`` option's models)
+    running on a thread: its base URL, the server, the thread."""
     port = free_port()
     app = create_app(engine, **options)
     config = uvicorn.Config(
@@ -40,7 +41,7 @@ def start_server(
 
 
 @contextmanager
-def running_server(engine: InferenceEngine, **options: Any) -> Iterator[str]:
+def running_server(engine: InferenceEngine | None, **options: Any) -> Iterator[str]:
     """The base URL (``http://127.0.0.1:PORT``) of a server over ``engine``, stopped after."""
     url, server, thread = start_server(engine, **options)
     try:
