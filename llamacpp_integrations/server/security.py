@@ -1,6 +1,7 @@
 """The server's gatekeepers, as plain ASGI middleware: a bearer key and a body size limit.
 
-Both answer in OpenAI's error shape before a handler runs. The key is compared in constant
+Both answer before a handler runs, in OpenAI's error shape (Anthropic's on the Anthropic
+endpoints, whose clients send the key as ``x-api-key``). The key is compared in constant
 time (``hmac.compare_digest``), so response timing says nothing about how much of a guess was
 right. ``GET /health`` stays open, for load balancers and orchestrators.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .anthropic_errors import anthropic_error_body, speaks_anthropic
 from .errors import ApiError
 
 __all__ = ["ApiKeyMiddleware", "BodyLimitMiddleware", "send_error"]
@@ -20,9 +22,11 @@ __all__ = ["ApiKeyMiddleware", "BodyLimitMiddleware", "send_error"]
 OPEN_PATHS = frozenset({"/health"})
 
 
-async def send_error(send: Send, error: ApiError) -> None:
-    """Answer with ``error`` as a whole JSON response."""
-    body = json.dumps(error.body()).encode()
+async def send_error(send: Send, error: ApiError, path: str = "") -> None:
+    """Answer with ``error`` as a whole JSON response, in the shape of the API ``path`` is
+    part of."""
+    shaped = anthropic_error_body(error) if speaks_anthropic(path) else error.body()
+    body = json.dumps(shaped).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
@@ -30,7 +34,8 @@ async def send_error(send: Send, error: ApiError) -> None:
 
 
 class ApiKeyMiddleware:
-    """Refuse (401) requests whose ``Authorization: Bearer`` key is not ``api_key``."""
+    """Refuse (401) requests whose key is not ``api_key``: ``Authorization: Bearer <key>``,
+    or ``x-api-key: <key>`` as Anthropic's clients send it."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
@@ -46,15 +51,18 @@ class ApiKeyMiddleware:
                 scheme, _, token = value.partition(b" ")
                 if scheme.lower() == b"bearer":
                     given = token.strip()
+            elif name == b"x-api-key" and not given:
+                given = value.strip()
         if not hmac.compare_digest(given, self._key):
             error = ApiError(
                 401,
-                "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                "invalid or missing API key: send 'Authorization: Bearer <key>' (or "
+                "'x-api-key: <key>')",
                 "authentication_error",
                 "invalid_api_key",
                 headers=(("WWW-Authenticate", "Bearer"),),
             )
-            await send_error(send, error)
+            await send_error(send, error, scope["path"])
             return
         await self.app(scope, receive, send)
 
@@ -81,7 +89,7 @@ class BodyLimitMiddleware:
             return
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await send_error(send, self._too_large())
+                await send_error(send, self._too_large(), scope["path"])
                 return
         seen = 0
 
