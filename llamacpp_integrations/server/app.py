@@ -19,9 +19,13 @@ from starlette.routing import Route
 from ..client import model_display_name
 from ..engine import InferenceEngine
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
+from .anthropic_routes import AnthropicEndpoints
 from .exchange import Exchange
+from .llama_extras import LlamaExtras
 from .metrics import ServerMetrics
-from .roster import OneModel
+from .rerank import RERANK_PATHS, Reranker
+from .responses_api_routes import ResponsesApi
+from .roster import ModelRoster, OneModel
 from .routes import Endpoints, ServerSettings
 from .security import ApiKeyMiddleware, BodyLimitMiddleware
 
@@ -38,8 +42,9 @@ def default_model_name(engine: InferenceEngine) -> str:
 
 
 def create_app(
-    engine: InferenceEngine,
+    engine: InferenceEngine | None = None,
     *,
+    roster: ModelRoster | None = None,
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     image_policy: ImagePolicy = DEFAULT_IMAGE_POLICY,
@@ -48,10 +53,12 @@ def create_app(
     request_timeout: float | None = None,
     close_engine: bool = False,
 ) -> Starlette:
-    """An OpenAI-compatible ASGI app serving ``engine``.
+    """An OpenAI-compatible ASGI app serving ``engine``, or the models of ``roster``.
 
     Args:
-        engine: The engine that answers (any ``InferenceEngine``).
+        engine: The engine that answers (any ``InferenceEngine``), under every model name.
+        roster: Instead of ``engine``: the served models, e.g. ``OnDemandRoster``'s several
+            models loaded on demand; closed when the app shuts down.
         api_key: Require ``Authorization: Bearer <api_key>`` on every endpoint but
             ``/health`` (``None``: no key).
         max_body_bytes: Largest request body accepted (413 above it).
@@ -66,10 +73,20 @@ def create_app(
     Returns:
         A Starlette application; run it with any ASGI server (``serve`` uses uvicorn).
     """
-    roster = OneModel(engine, model_name or default_model_name(engine), owns_engine=close_engine)
+    if roster is None:
+        if engine is None:
+            raise TypeError("create_app needs an engine or a roster")
+        name = model_name or default_model_name(engine)
+        roster = OneModel(engine, name, owns_engine=close_engine)
+    elif engine is not None:
+        raise TypeError("create_app serves an engine or a roster, not both")
     exchange = Exchange(roster, ServerMetrics())
     settings = ServerSettings(image_policy=image_policy, request_timeout=request_timeout)
     endpoints = Endpoints(exchange, settings)
+    responses_api = ResponsesApi(exchange, settings)
+    anthropic = AnthropicEndpoints(exchange, settings)
+    extras = LlamaExtras(exchange, settings)
+    reranker = Reranker(exchange, settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -79,11 +96,19 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/v1/completions", endpoints.completions, methods=["POST"]),
+        Route("/v1/responses", responses_api.create, methods=["POST"]),
+        Route("/v1/messages", anthropic.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
         Route("/v1/embeddings", endpoints.embeddings, methods=["POST"]),
         Route("/v1/models", endpoints.models, methods=["GET"]),
         Route("/v1/models/{model:path}", endpoints.model, methods=["GET"]),
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/metrics", endpoints.prometheus, methods=["GET"]),
+        # llama-server's extras, on the paths it serves them on.
+        Route("/tokenize", extras.tokenize, methods=["POST"]),
+        Route("/detokenize", extras.detokenize, methods=["POST"]),
+        Route("/apply-template", extras.apply_template, methods=["POST"]),
+        *(Route(path, reranker.rerank, methods=["POST"]) for path in RERANK_PATHS),
     ]
     # Outermost first: CORS answers preflights (and marks refusals), then the key, then the
     # body limit, so a stranger's body is never read.
@@ -94,7 +119,8 @@ def create_app(
                 CORSMiddleware,
                 allow_origins=list(cors_origins),
                 allow_methods=["GET", "POST", "OPTIONS"],
-                allow_headers=["Authorization", "Content-Type"],
+                # Anthropic's clients send their key and API version in headers of their own.
+                allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
             )
         )
     if api_key:

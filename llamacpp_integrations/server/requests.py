@@ -17,6 +17,7 @@ from ..engine import CompletionRequest, ImageInput, SamplingParams
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..tools import read_tool_calls
 from .errors import ApiError
+from .field_policy import CHAT_REFUSED, COMPLETION_REFUSED, refuse_unhonoured
 from .schemas import ChatCompletionBody, CompletionBody, SamplingFields
 
 __all__ = ["chat_options", "completion_options", "completion_request", "messages_reader"]
@@ -40,9 +41,8 @@ def _given(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _common(body: SamplingFields, timeout: float | None) -> dict[str, Any]:
-    """The call keywords both generation endpoints share."""
-    if body.n not in (None, 1):
-        raise _bad("only n=1 is supported: send the request again for more answers", "n")
+    """The call keywords both generation endpoints share (``n`` is not one: each of ``n``
+    answers is a call of its own, see ``choices``)."""
     bias: dict[int, float] | None = None
     if body.logit_bias:
         try:
@@ -61,6 +61,7 @@ def chat_options(body: ChatCompletionBody, *, timeout: float | None) -> CallOpti
         ApiError: a field this server cannot honour.
         InvalidRequestError: options that contradict each other (tools with a response format).
     """
+    refuse_unhonoured(body.model_extra, CHAT_REFUSED)
     kwargs = _common(body, timeout)
     kwargs["max_tokens"] = body.max_completion_tokens or body.max_tokens
     kwargs |= {
@@ -83,6 +84,7 @@ def chat_options(body: ChatCompletionBody, *, timeout: float | None) -> CallOpti
 
 def completion_options(body: CompletionBody, *, timeout: float | None) -> CallOptions:
     """The call options of a legacy completion request."""
+    refuse_unhonoured(body.model_extra, COMPLETION_REFUSED)
     if body.echo:
         raise _bad("echo is not supported", "echo")
     if body.suffix:

@@ -4,7 +4,12 @@ The shapes are OpenAI's (``chat.completion``, ``chat.completion.chunk``, ``text_
 ``list`` of ``embedding``); a reasoning model's thinking goes in ``reasoning_content`` beside
 ``content``, as llama-server and DeepSeek's API put it. ``ChatBodies`` and ``CompletionBodies``
 are every body of one answer of each endpoint, whole or streamed, so the route that sends them
-is one for both.
+is one for both; each knows its choice's ``index`` (a request for ``n`` answers has ``n``).
+
+A tool call that ``max_tokens`` cut short comes back in ``tool_calls`` with the arguments
+written so far and ``finish_reason`` ``"length"``, as OpenAI's do, when its name is known (it
+was written, or the tool choice named it); one cut before its name is left out, since OpenAI's
+shape has no call without a name.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, ClassVar
 
 from ..client import CallResult, openai_logprobs
 from ..engine import TokenLogprob, Usage
-from ..tools import ToolCallDelta, ToolStreamChunk
+from ..tools import InvalidToolCall, ToolCallDelta, ToolStreamChunk, openai_tool_call
 
 __all__ = [
     "AnswerBodies",
@@ -78,19 +83,33 @@ def _legacy_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[str, 
     }
 
 
-def chat_response(ids: ResponseIds, result: CallResult, logprobs: bool) -> dict[str, Any]:
-    """A whole chat answer."""
+def _named(cut: tuple[InvalidToolCall, ...]) -> list[InvalidToolCall]:
+    """The cut calls whose name is known (OpenAI's shape needs one)."""
+    return [call for call in cut if call.name]
+
+
+def _cut_call(call: InvalidToolCall) -> dict[str, Any]:
+    assert call.name is not None
+    return openai_tool_call(call.id, call.name, call.arguments)
+
+
+def chat_response(
+    ids: ResponseIds, result: CallResult, logprobs: bool, *, index: int = 0
+) -> dict[str, Any]:
+    """A whole chat answer (choice ``index``)."""
+    calls = [call.to_openai() for call in result.tool_calls]
+    calls += [_cut_call(call) for call in _named(result.invalid_calls)]
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": result.content if result.content or not result.tool_calls else None,
+        "content": result.content if result.content or not calls else None,
     }
-    if result.tool_calls:
-        message["tool_calls"] = [call.to_openai() for call in result.tool_calls]
+    if calls:
+        message["tool_calls"] = calls
     if result.reasoning:
         message["reasoning_content"] = result.reasoning
     completion = result.completion
     choice: dict[str, Any] = {
-        "index": 0,
+        "index": index,
         "message": message,
         "logprobs": ({"content": openai_logprobs(completion.logprobs or ())} if logprobs else None),
         "finish_reason": finish_reason(result.finish_reason),
@@ -113,12 +132,23 @@ def _delta_call(delta: ToolCallDelta) -> dict[str, Any]:
 
 
 def chat_chunk(
-    ids: ResponseIds, piece: ToolStreamChunk | None, logprobs: bool, *, first: bool = False
+    ids: ResponseIds,
+    piece: ToolStreamChunk | None,
+    logprobs: bool,
+    *,
+    first: bool = False,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk``: the role first, then text, reasoning and call deltas;
-    the piece with a finish reason carries it (usage goes in a chunk of its own)."""
+    """One ``chat.completion.chunk`` of choice ``index``: the role first, then text, reasoning
+    and call deltas; the piece with a finish reason carries it (usage goes in a chunk of its
+    own)."""
     delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    choice: dict[str, Any] = {
+        "index": index,
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": None,
+    }
     if piece is not None:
         if piece.text:
             delta["content"] = piece.text
@@ -140,11 +170,13 @@ def usage_chunk(ids: ResponseIds, usage: Usage, object: str) -> dict[str, Any]:
     return ids.head(object) | {"choices": [], "usage": usage_body(usage)}
 
 
-def completion_response(ids: ResponseIds, result: CallResult, logprobs: bool) -> dict[str, Any]:
-    """A whole legacy completion."""
+def completion_response(
+    ids: ResponseIds, result: CallResult, logprobs: bool, *, index: int = 0
+) -> dict[str, Any]:
+    """A whole legacy completion (choice ``index``)."""
     completion = result.completion
     choice = {
-        "index": 0,
+        "index": index,
         "text": result.content,
         "logprobs": _legacy_logprobs(completion.logprobs or (), 0) if logprobs else None,
         "finish_reason": finish_reason(completion.finish_reason),
@@ -156,11 +188,12 @@ def completion_response(ids: ResponseIds, result: CallResult, logprobs: bool) ->
 
 
 def completion_chunk(
-    ids: ResponseIds, piece: ToolStreamChunk, logprobs: bool, offset: int
+    ids: ResponseIds, piece: ToolStreamChunk, logprobs: bool, offset: int, *, index: int = 0
 ) -> dict[str, Any]:
-    """One streamed legacy completion chunk (``offset``: characters sent before it)."""
+    """One streamed legacy completion chunk of choice ``index`` (``offset``: characters sent
+    before it)."""
     choice = {
-        "index": 0,
+        "index": index,
         "text": piece.text,
         "logprobs": _legacy_logprobs(piece.logprobs, offset) if logprobs else None,
         "finish_reason": finish_reason(piece.finish_reason),
@@ -194,9 +227,14 @@ class AnswerBodies:
 
     chunk_object: ClassVar[str]
 
-    def __init__(self, ids: ResponseIds, logprobs: bool) -> None:
+    def __init__(self, ids: ResponseIds, logprobs: bool, *, index: int = 0) -> None:
         self.ids = ids
         self.logprobs = logprobs
+        self.index = index
+
+    def again(self, index: int) -> AnswerBodies:
+        """The bodies of another choice of the same response."""
+        return type(self)(self.ids, self.logprobs, index=index)
 
     def whole(self, result: CallResult) -> dict[str, Any]:
         """The body of a whole answer."""
@@ -216,18 +254,36 @@ class AnswerBodies:
 
 
 class ChatBodies(AnswerBodies):
-    """A chat completion's bodies; its stream opens with the assistant's role."""
+    """A chat completion's bodies; its stream opens with the assistant's role. It remembers
+    the calls it streamed, so that a cut call none of whose deltas went out (cut before its
+    name was written, named by the tool choice) is sent with the last chunk."""
 
     chunk_object = "chat.completion.chunk"
 
+    def __init__(self, ids: ResponseIds, logprobs: bool, *, index: int = 0) -> None:
+        super().__init__(ids, logprobs, index=index)
+        self._streamed: set[str] = set()
+        self._calls = 0
+
     def whole(self, result: CallResult) -> dict[str, Any]:
-        return chat_response(self.ids, result, self.logprobs)
+        return chat_response(self.ids, result, self.logprobs, index=self.index)
 
     def opening(self) -> dict[str, Any] | None:
-        return chat_chunk(self.ids, None, self.logprobs, first=True)
+        return chat_chunk(self.ids, None, self.logprobs, first=True, index=self.index)
 
     def chunk(self, piece: ToolStreamChunk) -> dict[str, Any]:
-        return chat_chunk(self.ids, piece, self.logprobs)
+        body = chat_chunk(self.ids, piece, self.logprobs, index=self.index)
+        for delta in piece.tool_call_deltas:
+            self._calls = max(self._calls, delta.index + 1)
+            if delta.id is not None:
+                self._streamed.add(delta.id)
+        unsent = [call for call in _named(piece.invalid_calls) if call.id not in self._streamed]
+        if unsent:
+            deltas = body["choices"][0]["delta"].setdefault("tool_calls", [])
+            for call in unsent:
+                deltas.append({"index": self._calls} | _cut_call(call))
+                self._calls += 1
+        return body
 
 
 class CompletionBodies(AnswerBodies):
@@ -235,14 +291,14 @@ class CompletionBodies(AnswerBodies):
 
     chunk_object = "text_completion"
 
-    def __init__(self, ids: ResponseIds, logprobs: bool) -> None:
-        super().__init__(ids, logprobs)
+    def __init__(self, ids: ResponseIds, logprobs: bool, *, index: int = 0) -> None:
+        super().__init__(ids, logprobs, index=index)
         self._sent = 0
 
     def whole(self, result: CallResult) -> dict[str, Any]:
-        return completion_response(self.ids, result, self.logprobs)
+        return completion_response(self.ids, result, self.logprobs, index=self.index)
 
     def chunk(self, piece: ToolStreamChunk) -> dict[str, Any]:
-        body = completion_chunk(self.ids, piece, self.logprobs, self._sent)
+        body = completion_chunk(self.ids, piece, self.logprobs, self._sent, index=self.index)
         self._sent += len(piece.text)
         return body

@@ -7,9 +7,10 @@ items of one answer (its reasoning, its message, its function calls) becomes one
 message. Every item is checked here first, so a mistake is answered naming the item
 (``input[3].arguments``), not the chat message it would have become.
 
-``reasoning.effort`` maps onto the call's reasoning switch and budget (``reasoning_switch``):
-a reasoning model thinks less for ``low`` than for ``medium``, not at all for ``none`` and
-``minimal``, and as long as it likes for ``high`` and above.
+``reasoning.effort`` maps onto the call's reasoning switch and budget
+(``reasoning_effort.reasoning_switch``): a reasoning model thinks less for ``low`` than for
+``medium``, not at all for ``none`` and ``minimal``, and as long as it likes for ``high`` and
+above.
 """
 
 from __future__ import annotations
@@ -20,26 +21,19 @@ from typing import Any
 from ..client import CallOptions
 from ..tools import parse_partial_json
 from .errors import ApiError
+from .reasoning_effort import reasoning_switch
 from .requests import ImageReader, messages_reader
-from .responses_api_schemas import REFUSED_FIELDS, ReasoningEffort, ResponsesBody
+from .responses_api_schemas import REFUSED_FIELDS, ResponsesBody
 
 __all__ = [
-    "EFFORT_SHARES",
     "chat_messages",
     "chat_tool_choice",
     "chat_tools",
-    "reasoning_switch",
     "refuse_unsupported",
     "responses_messages_reader",
     "responses_options",
 ]
 
-EFFORT_SHARES: dict[str, int] = {"low": 4, "medium": 2}
-"""The thinking budget of an effort, as a part of the output limit: ``low`` thinks for up to a
-quarter of it, ``medium`` for up to half. ``high`` and above set no budget of their own (a
-forced answer still keeps its room, see ``tools.answer_room``)."""
-
-_OFF_EFFORTS = frozenset({"none", "minimal"})
 _INPUT_ROLES = frozenset({"user", "system", "developer"})
 
 
@@ -62,20 +56,6 @@ def refuse_unsupported(body: ResponsesBody) -> None:
         raise _bad("log-probabilities are not supported on /v1/responses", "include")
     if body.text is not None and body.text.verbosity not in (None, "medium"):
         raise _bad("text.verbosity other than 'medium' is not supported", "text.verbosity")
-
-
-def reasoning_switch(effort: ReasoningEffort | None, limit: int) -> tuple[bool | None, int | None]:
-    """The reasoning switch and budget of ``effort``, for an answer of at most ``limit``
-    tokens: ``(None, None)`` (the template's default) when no effort is given, off for
-    ``none`` and ``minimal``, on with a share of ``limit`` for ``low`` and ``medium``
-    (``EFFORT_SHARES``), on without a budget for ``high`` and above. A model without
-    reasoning ignores both."""
-    if effort is None:
-        return None, None
-    if effort in _OFF_EFFORTS:
-        return False, None
-    share = EFFORT_SHARES.get(effort)
-    return True, None if share is None else limit // share
 
 
 def chat_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:

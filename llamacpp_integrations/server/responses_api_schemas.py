@@ -22,16 +22,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .reasoning_effort import ReasoningEffort
+
 __all__ = [
     "REFUSED_FIELDS",
-    "ReasoningEffort",
     "ResponsesBody",
     "ResponsesReasoning",
     "ResponsesText",
     "ResponsesTextFormat",
 ]
 
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 REFUSED_FIELDS: dict[str, str] = {
     "previous_response_id": "this server keeps no responses: send the whole conversation in input",

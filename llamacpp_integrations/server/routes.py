@@ -19,10 +19,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from ..client import CallPlan, CallResult, agenerate, astream, chat_plan_factory
 from ..engine import InferenceEngine
 from ..multimodal import ImagePolicy
+from .chat_calls import chat_call_options
+from .choices import answer_choices
 from .errors import ApiError
 from .exchange import Exchange, Leases
 from .metrics import StatsSource
-from .requests import chat_options, completion_options, completion_request, messages_reader
+from .requests import completion_options, completion_request, messages_reader
 from .responses import (
     AnswerBodies,
     ChatBodies,
@@ -82,7 +84,12 @@ class Endpoints:
         body: SamplingFields,
         bodies: AnswerBodies,
     ) -> Response:
-        """Run ``plan`` and answer with ``bodies``: whole, or streamed when ``body`` asks."""
+        """Run ``plan`` and answer with ``bodies``: whole, or streamed when ``body`` asks (``n``
+        answers when it asks for several: see ``choices``)."""
+        if (body.n or 1) > 1:
+            return await answer_choices(
+                self.exchange, request, endpoint, engine, plan, body, bodies
+            )
         if not body.stream:
             result: CallResult = await until_disconnect(request, agenerate(engine, plan))
             self.metrics.answered(result.completion.usage, result.completion.timings)
@@ -108,8 +115,10 @@ class Endpoints:
 
     async def _chat(self, request: Request, leases: Leases) -> Response:
         body = await self.exchange.body(request, ChatCompletionBody)
-        options = chat_options(body, timeout=self.settings.request_timeout)
         model = await leases.take(body.model)
+        # The context bounds an answer that sets no max_tokens (a reasoning effort's budget).
+        context = model.engine.info.n_ctx_per_seq
+        options = chat_call_options(body, timeout=self.settings.request_timeout, context=context)
         plan = chat_plan_factory(
             model.engine,
             options,

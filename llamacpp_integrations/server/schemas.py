@@ -2,9 +2,12 @@
 
 Fields OpenAI defines that change nothing here (``user``, ``store``, ``metadata``...) are
 accepted and ignored, as clients send them unasked; fields whose values cannot be honoured
-(``n`` above 1, ``echo``, ``suffix``, ``dimensions`` other than the model's width) are refused
-by the translation with a 400 naming them. ``top_k``, ``min_p``, ``repeat_penalty``, ``grammar``,
-``reasoning`` and ``reasoning_budget`` are extensions, as llama-server has some of them.
+(``n`` above ``MAX_CHOICES``, ``echo``, ``suffix``, ``dimensions`` other than the model's width,
+and the fields ``field_policy`` lists) are refused with a 400 naming them. The generation bodies
+keep the fields they do not declare (``model_extra``) so that ``field_policy`` can see them;
+any it does not list is ignored, as llama-server ignores them. ``top_k``, ``min_p``,
+``repeat_penalty``, ``grammar``, ``reasoning``, ``reasoning_budget`` and
+``chat_template_kwargs`` are extensions, as llama-server has most of them.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .reasoning_effort import ReasoningEffort
+
 __all__ = [
+    "MAX_CHOICES",
     "ChatCompletionBody",
     "CompletionBody",
     "EmbeddingBody",
     "SamplingFields",
     "StreamOptions",
 ]
+
+
+"""OpenAI's ``reasoning_effort`` values (see ``chat_calls`` for what each does here)."""
+
+MAX_CHOICES = 16
+"""Most answers one request may ask for (``n``): each is an engine request of its own, so a
+larger ``n`` would let one client fill the engine's queue."""
 
 
 class StreamOptions(BaseModel):
@@ -47,7 +60,7 @@ class SamplingFields(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     max_tokens: int | None = Field(default=None, ge=1)
-    n: int | None = None
+    n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
     stream: bool = False
     stream_options: StreamOptions | None = None
     grammar: str | None = None
@@ -55,6 +68,8 @@ class SamplingFields(BaseModel):
 
 class ChatCompletionBody(SamplingFields):
     """``POST /v1/chat/completions``."""
+
+    model_config = ConfigDict(extra="allow")  # undeclared fields, for field_policy to judge
 
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -66,10 +81,14 @@ class ChatCompletionBody(SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     reasoning: bool | None = None
     reasoning_budget: int | None = Field(default=None, ge=0)
+    reasoning_effort: ReasoningEffort | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class CompletionBody(SamplingFields):
     """``POST /v1/completions`` (OpenAI's legacy completions)."""
+
+    model_config = ConfigDict(extra="allow")  # undeclared fields, for field_policy to judge
 
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(default=16, ge=1)

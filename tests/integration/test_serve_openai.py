@@ -232,7 +232,7 @@ def test_models_and_health(client: openai.OpenAI, base: str) -> None:
     ("body", "param", "code"),
     [
         ({"temperature": -1}, "temperature", "invalid_request"),
-        ({"n": 2}, "n", "invalid_request"),
+        ({"n": 17}, "n", "invalid_request"),
         ({"messages": []}, "messages", "invalid_request"),
         ({"tools": [WEATHER], "tool_choice": {"function": {"name": "nope"}}}, None, None),
         ({"response_format": {"type": "xml"}}, None, "invalid_request"),

@@ -149,8 +149,8 @@ def test_chat_options_read_openai_fields() -> None:
     assert options.sampling.logit_bias == {5: -100}
     assert options.stop == ("END",) and options.max_tokens == 7 and options.timeout == 9.0
     assert options.logprobs == 2 and options.response_format is not None
-    with pytest.raises(ApiError, match="n=1"):
-        chat_options(body.model_copy(update={"n": 3}), timeout=None)
+    # n answers are n calls of these options (server/choices.py), so n leaves them unchanged.
+    assert chat_options(body.model_copy(update={"n": 3}), timeout=9.0) == options
     with pytest.raises(ApiError, match="tool_choice needs tools"):
         chat_options(body.model_copy(update={"tool_choice": "required"}), timeout=None)
 

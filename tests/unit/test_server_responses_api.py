@@ -24,11 +24,8 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.errors import EngineError
 from llamacpp_integrations.server import create_app
-from llamacpp_integrations.server.responses_api_requests import (
-    chat_messages,
-    reasoning_switch,
-    responses_options,
-)
+from llamacpp_integrations.server.reasoning_effort import reasoning_switch
+from llamacpp_integrations.server.responses_api_requests import chat_messages, responses_options
 from llamacpp_integrations.server.responses_api_schemas import ResponsesBody
 from tests.builders.reasoning_templates import QWQ
 
