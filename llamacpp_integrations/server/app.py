@@ -59,8 +59,9 @@ def create_app(
         engine: The engine that answers (any ``InferenceEngine``), under every model name.
         roster: Instead of ``engine``: the served models, e.g. ``OnDemandRoster``'s several
             models loaded on demand; closed when the app shuts down.
-        api_key: Require ``Authorization: Bearer <api_key>`` on every endpoint but
-            ``/health`` (``None``: no key).
+        api_key: Require ``Authorization: Bearer <api_key>`` (or ``x-api-key: <api_key>``,
+            as Anthropic's clients send it) on every endpoint but ``/health`` (``None``: no
+            key).
         max_body_bytes: Largest request body accepted (413 above it).
         image_policy: Which image sources ``image_url`` parts may use; the default reads
             ``data:`` URIs only, no URLs and no local files.
