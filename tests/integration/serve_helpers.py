@@ -14,6 +14,20 @@ from llamacpp_integrations.engine import InferenceEngine
 from llamacpp_integrations.server import create_app
 from tests.live.llama_servers import free_port
 
+# A function tool in the chat-completions shape, for the tests of several endpoints.
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
 
 def start_server(
     engine: InferenceEngine | None, grace_period: int = 5, **options: Any

@@ -26,20 +26,8 @@ from llamacpp_integrations.engine import EngineConfig
 from llamacpp_integrations.engine.engine import Engine
 from tests.builders.reasoning_templates import QWEN3
 from tests.builders.tiny_encoder import build_tiny_encoder
-from tests.integration.serve_helpers import running_server
+from tests.integration.serve_helpers import WEATHER, running_server
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 FORCED = {"type": "function", "function": {"name": "get_weather"}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NO_THINKING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # QWEN3's prompt with it off

@@ -15,20 +15,8 @@ import pytest
 from llamacpp_integrations.engine import EngineConfig
 from llamacpp_integrations.engine.engine import Engine
 from tests.integration.helpers import wait_for
-from tests.integration.serve_helpers import running_server
+from tests.integration.serve_helpers import WEATHER, running_server
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 TIME = {
     "type": "function",
     "function": {
