@@ -4,7 +4,8 @@ Part 1, the layout (``EngineConfig.prefill_block``, 64 by default, against ``0``
 any other ``--blocks``): the time to first token of a long prompt read cold (prompt tokens per
 second), of a short chat, of the same chat asked again (its prefix cached), and of a follow-up
 turn that extends an answered chat, sent at once and after a two-second pause. With the layout
-a prompt is read in 64-position chunks and its last token alone, and a follow-up sent at once
+a prompt is read in 64-position chunks (8-position ones inside the first 64) and its last token
+alone, and a follow-up sent at once
 keeps only the aligned part of the earlier prompt (the answer's cells were made one token at a
 time); during a pause the idle engine reads the answer again in the layout, and the follow-up
 keeps it. Off, chunks fill the batch and every cached token is kept.
@@ -93,6 +94,10 @@ def layout_round(engine: Engine) -> dict[str, float]:
     short = chat(("user", QUESTIONS[0]))
     out["short_cold_ttft_s"] = first_token(engine, short)[0]
     out["short_cached_ttft_s"] = first_token(engine, short)[0]
+    # Another question: the chat template's preamble is all it shares with the cached one.
+    seconds, n_prompt, cached = first_token(engine, chat(("user", QUESTIONS[3])))
+    out["new_question_ttft_s"] = seconds
+    out["new_question_evaluated"] = n_prompt - cached
     answer = engine.generate(chat(("user", QUESTIONS[1]), max_tokens=48)).text
     follow_up = chat(("user", QUESTIONS[1]), ("assistant", answer), ("user", "Tell me more."))
     seconds, n_prompt, cached = first_token(engine, follow_up)

@@ -5,10 +5,18 @@ entries is fixed here, because llama.cpp's CPU kernels round differently for dif
 shapes (a one-row decode and a 64-row one, flash attention's tiled path for many rows): if a
 prompt's cells depended on where the batch budget or a cache hit happened to cut it, the same
 request would get other greedy tokens the second time. So a prompt of ``n`` positions is always
-read the same way: text in chunks that end at multiples of ``block`` positions (or where an image
-starts, or at position ``n - 1``), each chunk whole in one decode, then its last token alone in a
-decode of its own. A kept prefix (from the slot's cache, another slot, or the disk) ends on such
-a boundary, so the cells it holds are exactly those evaluating it again would make.
+read the same way: text in chunks that end at the layout's edges (multiples of ``block``
+positions, and finer ones inside the first block), or where an image starts, or at position
+``n - 1``, each chunk whole in one decode, then its last token alone in a decode of its own. A
+kept prefix (from the slot's cache, another slot, or the disk) ends on such an edge, so the cells
+it holds are exactly those evaluating it again would make.
+
+The first block is cut finer because that is where the prefix every chat shares lies: a chat
+template's preamble and a short system prompt (SmolLM2's is 24 tokens). With edges only every 64
+positions, a new question would read all of it again; with an edge every 8 it keeps all but a
+few tokens. The price is a few more decodes while a prompt's first block is read cold (each
+decode reads every weight once: about 7 ms on the tiny model on 2 cores), against reading up to
+63 tokens again (about 3 ms each).
 """
 
 from __future__ import annotations
@@ -16,7 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchEntry", "PrefillLayout", "common_prefix"]
+__all__ = ["LEAD_PARTS", "BatchEntry", "PrefillLayout", "common_prefix"]
+
+# The first block of a prompt is cut into this many chunks (see the module docstring).
+LEAD_PARTS = 8
 
 
 @dataclass
@@ -57,14 +68,40 @@ class PrefillLayout:
     answer differently). Without ``exact_keeps`` chunks are still aligned (so requests reading
     one prefix can share its cells at block edges), but a prompt keeps every cached token it
     shares: in a unified KV cache, where the cells lie changes an answer's rounding anyway.
+    ``lead_step`` (a divisor of ``block``; ``0``: none) adds an edge every ``lead_step``
+    positions inside the first block.
     """
 
     block: int
     exact_keeps: bool = True
+    lead_step: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lead_step and (self.lead_step < 0 or self.block % self.lead_step):
+            raise ValueError(f"lead_step {self.lead_step} does not divide block {self.block}")
+
+    @classmethod
+    def with_lead_edges(cls, block: int, *, exact_keeps: bool = True) -> PrefillLayout:
+        """A layout of ``block`` whose first block has an edge every ``block // LEAD_PARTS``
+        positions (none when that does not divide the block evenly)."""
+        step = block // LEAD_PARTS if block >= LEAD_PARTS and block % LEAD_PARTS == 0 else 0
+        return cls(block, exact_keeps=exact_keeps, lead_step=step)
 
     @property
     def aligned(self) -> bool:
         return self.block > 0
+
+    def edge_at_or_below(self, n: int) -> int:
+        """The last chunk edge at or before position ``n`` (``0`` when there is none)."""
+        if self.lead_step and n < self.block:
+            return n // self.lead_step * self.lead_step
+        return n // self.block * self.block
+
+    def next_edge(self, start: int) -> int:
+        """The first chunk edge after position ``start``."""
+        if self.lead_step and start < self.block:
+            return (start // self.lead_step + 1) * self.lead_step
+        return (start // self.block + 1) * self.block
 
     def chunk_end(
         self, start: int, n_prompt: int, image_starts: Sequence[int], room: int
@@ -104,7 +141,7 @@ class PrefillLayout:
         limit = min(limit, exact)
         if cached_prompt == n_prompt and limit == n_prompt - 1:
             return limit  # the same chunks up to the last token: every cell is the same
-        kept = limit // self.block * self.block
+        kept = self.edge_at_or_below(limit)
         for start, n_pos in image_spans.items():
             for edge in (start, start + n_pos):
                 if kept < edge <= limit:
@@ -113,16 +150,16 @@ class PrefillLayout:
 
     def realign_span(self, cached: Sequence[int], exact: int) -> tuple[int, int] | None:
         """The positions of a finished sequence's cells to read again so that a longer prompt
-        could keep them: from the last chunk start at or before ``exact`` (a block boundary, or
-        the end of an image) to the last block boundary of ``cached``. ``None`` when that would
+        could keep them: from the last chunk start at or before ``exact`` (an edge, or the end
+        of an image) to the last edge of ``cached``. ``None`` when that would
         make no more cells exact, or would cross an image not yet exact (its embeddings are
         gone; images are marked by negative keys), or when any cached cell may be kept."""
         if not (self.aligned and self.exact_keeps):
             return None
-        end = len(cached) // self.block * self.block
+        end = self.edge_at_or_below(len(cached))
         if end <= exact:
             return None
-        start = exact // self.block * self.block
+        start = self.edge_at_or_below(exact)
         images = [i for i in range(start, end) if cached[i] < 0]
         if images and images[-1] >= exact:
             return None
@@ -131,7 +168,7 @@ class PrefillLayout:
     def next_chunk_end(self, start: int, end: int) -> int:
         """Where a chunk read from ``start`` ends, reading at most up to ``end`` (no prompt
         end or image before it)."""
-        return min((start // self.block + 1) * self.block, end) if self.aligned else end
+        return min(self.next_edge(start), end) if self.aligned else end
 
 
 def _outside_images(n: int, image_spans: Mapping[int, int]) -> int:

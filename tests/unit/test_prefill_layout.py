@@ -9,6 +9,7 @@ from llamacpp_integrations.engine.worker.sequences import SeqState
 
 BLOCK = PrefillLayout(64)
 LOOSE = PrefillLayout(0)
+LEAD = PrefillLayout.with_lead_edges(64)
 
 
 def test_chunks_end_at_block_edges_images_and_before_the_last_token() -> None:
@@ -44,6 +45,37 @@ def test_a_kept_prefix_ends_on_a_boundary_both_prompts_share() -> None:
     # Without alignment every shared token but the last is kept, images whole.
     assert LOOSE.kept(100, 150, {}, exact=0, cached_prompt=0) == 100
     assert LOOSE.kept(70, 150, {30: 50}, exact=0, cached_prompt=0) == 30
+
+
+def test_the_first_block_has_an_edge_every_eighth_of_it() -> None:
+    assert LEAD.lead_step == 8
+    assert [LEAD.chunk_end(start, 150, [], room=512) for start in (0, 8, 56, 64)] == [
+        8,
+        16,
+        64,
+        128,
+    ]
+    assert LEAD.chunk_end(20, 150, [], room=512) == 24  # after an image: to the next edge
+    assert LEAD.chunk_end(32, 35, [], room=512) == 34
+    # A preamble of 27 shared tokens keeps 24 of them, 150 shared keep 128.
+    assert LEAD.kept(27, 40, {}, exact=39, cached_prompt=40) == 24
+    assert LEAD.kept(150, 300, {}, exact=299, cached_prompt=300) == 128
+    assert LEAD.realign_span(list(range(1, 71)), exact=34) == (32, 64)
+    # Too small a block to cut into eighths: no lead edges.
+    assert PrefillLayout.with_lead_edges(12).lead_step == 0
+
+
+def test_a_new_question_keeps_the_shared_preamble_up_to_a_lead_edge() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=LEAD)
+    preamble = list(range(1, 28))
+    first = scheduler.admit("a", [*preamble, 100, 101, 102, 103, 104, 105, 106, 107])
+    assert _read_prompt(scheduler, first) == [
+        (0, 8), (8, 16), (16, 24), (24, 32), (32, 34), (34, 35)
+    ]  # fmt: skip
+    scheduler.release(first, keep_cache=True)
+    second = scheduler.admit("b", [*preamble, 200, 201, 202, 203, 204, 205])
+    assert second.n_reused == 24
+    assert _read_prompt(scheduler, second) == [(24, 32), (32, 33)]
 
 
 def _read_prompt(scheduler: Scheduler, seq: SeqState) -> list[tuple[int, int]]:

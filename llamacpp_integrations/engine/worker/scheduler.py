@@ -78,7 +78,9 @@ class Scheduler:
         return cls(
             config.n_seq_max,
             config.n_batch,
-            PrefillLayout(config.prefill_block_size, exact_keeps=not config.kv_unified),
+            PrefillLayout.with_lead_edges(
+                config.prefill_block_size, exact_keeps=not config.kv_unified
+            ),
             deterministic=config.deterministic,
             prefix_sharing=config.prefix_sharing,
             prefill_per_step=config.prefill_step_tokens,
