@@ -78,6 +78,7 @@ def merged_result(first: CallResult, second: CallResult | None) -> CallResult:
         timings=_timings(a.timings, b.timings),
         logprobs=None if a.logprobs is None else a.logprobs + (b.logprobs or ()),
         reasoning=a.reasoning + b.reasoning,
+        stop_string=b.stop_string,
     )
     return replace(first, content=first.content + second.content, completion=completion)
 

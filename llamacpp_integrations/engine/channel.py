@@ -181,6 +181,7 @@ class RequestHandle:
             timings=end.timings,
             logprobs=None if self._logprobs is None else tuple(self._logprobs),
             reasoning="".join(self._reasoning),
+            stop_string=end.stop_string,
         )
 
     def __del__(self) -> None:

@@ -102,7 +102,8 @@ class StreamChunk:
     string is never shown. Concatenated over all chunks they give one entry per generated token;
     a final end-of-generation token is not one. ``logprobs`` is empty unless the request asked.
     ``reasoning`` is the piece of a reasoning model's thinking (a request with ``reasoning``
-    set), kept out of ``text``.
+    set), kept out of ``text``. ``stop_string`` (on the last chunk) is the one of the request's
+    ``stop`` strings that ended the answer, ``None`` when none did.
     """
 
     request_id: str
@@ -113,12 +114,14 @@ class StreamChunk:
     timings: Timings | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
     reasoning: str = ""
+    stop_string: str | None = None
 
 
 @dataclass(frozen=True)
 class Completion:
     """A finished answer. ``logprobs`` (one per token of ``token_ids``) only when asked for;
-    ``reasoning``: a reasoning model's thinking, kept out of ``text``."""
+    ``reasoning``: a reasoning model's thinking, kept out of ``text``; ``stop_string``: the
+    request's stop string that ended it (``None``: none did)."""
 
     request_id: str
     text: str
@@ -128,6 +131,7 @@ class Completion:
     timings: Timings
     logprobs: tuple[TokenLogprob, ...] | None = None
     reasoning: str = ""
+    stop_string: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,12 @@ FINISH_REASONS: Mapping[str, FinishReason] = {
 }
 
 
+def _stop_string(event: Mapping[str, Any]) -> str | None:
+    """The stop string that ended the answer, as the server's last event names it."""
+    word = event.get("stopping_word")
+    return word if event.get("stop_type") == "word" and isinstance(word, str) and word else None
+
+
 def _text_of(raw: object) -> tuple[str, tuple[int, ...]]:
     data = bytes(raw) if isinstance(raw, list) else b""
     return data.decode("utf-8", errors="replace"), tuple(data)
@@ -117,6 +123,7 @@ class ChunkReader:
             timings=self._timings(event, now),
             logprobs=tuple(logprobs),
             reasoning=reasoning,
+            stop_string=_stop_string(event),
         )
 
     def _logprobs(self, event: Mapping[str, Any]) -> tuple[TokenLogprob, ...]:

@@ -56,4 +56,5 @@ def _completion(request: GenerationRequest, chunks: list[StreamChunk], url: str)
         if request.logprobs is None
         else tuple(logprob for chunk in chunks for logprob in chunk.logprobs),
         reasoning="".join(chunk.reasoning for chunk in chunks),
+        stop_string=last.stop_string,
     )

@@ -27,8 +27,7 @@ OpenAI's Responses API (``POST /v1/responses``) has modules of its own, ``respon
 Anthropic's Messages API (``POST /v1/messages`` and ``/v1/messages/count_tokens``) has too,
 ``anthropic_*``: ``schemas``, ``messages`` (content blocks to the template's messages),
 ``requests`` (bodies to call options), ``responses`` (the ``message`` body), ``stream`` (its
-events), ``errors`` (Anthropic's error shape) and ``routes``; ``stop_strings`` tells which stop
-string ended an answer.
+events), ``errors`` (Anthropic's error shape) and ``routes``.
 
 Needs the ``server`` extra (``pip install 'llamacpp-integrations[server]'``).
 """

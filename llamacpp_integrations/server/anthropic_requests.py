@@ -12,9 +12,7 @@ named tool enforced by grammar), structured output and reasoning behave the same
   becoming the engine's reasoning budget; ``disabled`` turns it off; ``adaptive`` (or no
   ``thinking``) leaves the template's default. A template without reasoning ignores it all;
 * ``output_config.format`` (a JSON schema) becomes the response format;
-* ``stop_sequences`` become stop strings; asking for them also asks the engine for each token's
-  bytes (log-probabilities of no top tokens), so that the answer can tell which one ended it
-  (``stop_strings.StopStringWatch``).
+* ``stop_sequences`` become stop strings (the engine tells which one ended the answer).
 """
 
 from __future__ import annotations
@@ -114,8 +112,7 @@ def message_options(body: MessagesBody, *, timeout: float | None) -> CallOptions
         kwargs["timeout"] = timeout
     stops = [stop for stop in body.stop_sequences or () if stop]
     if stops:
-        # Which stop string ended the answer is read off its last tokens' bytes.
-        kwargs |= {"stop": stops, "logprobs": True, "top_logprobs": 0}
+        kwargs["stop"] = stops
     return CallOptions.merge({}, kwargs, owner="POST /v1/messages")
 
 

@@ -20,7 +20,6 @@ from typing import Any
 from ..client import CallResult
 from ..engine import Usage
 from ..tools import parse_partial_json
-from .stop_strings import StopStringWatch
 
 __all__ = [
     "SIGNATURE",
@@ -89,25 +88,20 @@ def _cut_input(arguments: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class MessageShape:
     """What every body of one message repeats: its id and model; whether thinking text is
-    shown (``display: omitted`` shows blocks without it); the stop strings to report."""
+    shown (``display: omitted`` shows blocks without it)."""
 
     id: str
     model: str
     show_thinking: bool = True
-    stops: tuple[str, ...] = ()
 
     @classmethod
-    def new(cls, model: str, *, show_thinking: bool, stops: tuple[str, ...]) -> MessageShape:
+    def new(cls, model: str, *, show_thinking: bool) -> MessageShape:
         """The shape of a new message (a fresh ``msg_`` id)."""
-        return cls(f"msg_{uuid.uuid4().hex[:24]}", model, show_thinking, stops)
+        return cls(f"msg_{uuid.uuid4().hex[:24]}", model, show_thinking)
 
     def head(self) -> dict[str, Any]:
         """The fields every message body starts with."""
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}
-
-    def watch(self) -> StopStringWatch | None:
-        """A watch for which stop string ends the answer (``None``: no stop strings)."""
-        return StopStringWatch(self.stops) if self.stops else None
 
     def whole(self, result: CallResult) -> dict[str, Any]:
         """The body of a whole answer."""
@@ -122,11 +116,7 @@ class MessageShape:
             if cut.name is not None:
                 content.append(tool_use_block(cut.id, cut.name, _cut_input(cut.arguments)))
         finish = result.finish_reason
-        stop_sequence = None
-        watch = self.watch()
-        if watch is not None and finish == "stop":
-            watch.feed(result.completion.logprobs or ())
-            stop_sequence = watch.matched()
+        stop_sequence = result.completion.stop_string if finish == "stop" else None
         return self.head() | {
             "content": content,
             "stop_reason": stop_reason(finish, stop_sequence),

@@ -78,7 +78,6 @@ class AnthropicEndpoints:
         shape = MessageShape.new(
             model.name,
             show_thinking=thinking is None or thinking.display != "omitted",
-            stops=options.stop,
         )
         if not body.stream:
             result: CallResult = await until_disconnect(request, agenerate(model.engine, build))

@@ -35,7 +35,6 @@ class MessageEvents:
 
     def __init__(self, shape: MessageShape) -> None:
         self.shape = shape
-        self._watch = shape.watch()
         self._index = -1  # the last block opened
         self._open: str | None = None  # its kind while it is open
         self._calls: dict[int, int] = {}  # a call's index -> its block's
@@ -60,8 +59,6 @@ class MessageEvents:
     def piece(self, piece: ToolStreamChunk) -> list[bytes]:
         """The events of the next piece; the last one's end the message."""
         events: list[bytes] = []
-        if self._watch is not None:
-            self._watch.feed(piece.logprobs)
         if piece.reasoning:
             self._into("thinking", {"type": "thinking", "thinking": "", "signature": ""}, events)
             if self.shape.show_thinking:
@@ -117,9 +114,7 @@ class MessageEvents:
         finish = answer_finish(
             piece.finish_reason, calls=bool(piece.tool_calls), cut_calls=bool(piece.invalid_calls)
         )
-        stop_sequence = None
-        if self._watch is not None and finish == "stop":
-            stop_sequence = self._watch.matched()
+        stop_sequence = piece.stop_string if finish == "stop" else None
         delta = {"stop_reason": stop_reason(finish, stop_sequence), "stop_sequence": stop_sequence}
         usage = usage_body(piece.usage) if piece.usage is not None else {"output_tokens": 0}
         return [_event("message_delta", delta=delta, usage=usage), _event("message_stop")]

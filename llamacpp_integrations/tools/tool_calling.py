@@ -129,7 +129,8 @@ class ToolStreamChunk:
     reasoning text a reasoning model wrote since the previous piece (kept out of ``text``;
     ``usage.reasoning_tokens`` counts it). ``logprobs`` are those of
     the tokens sampled since the previous piece (when the request asked for them), whether
-    their text became reply text, call markup or arguments."""
+    their text became reply text, call markup or arguments. ``stop_string`` (on the last
+    piece) is the request's stop string that ended the answer."""
 
     request_id: str
     text: str
@@ -142,6 +143,7 @@ class ToolStreamChunk:
     invalid_calls: tuple[InvalidToolCall, ...] = ()
     repeats_prevented: int = 0
     reasoning: str = ""
+    stop_string: str | None = None
 
     @classmethod
     def of_text(cls, chunk: StreamChunk) -> ToolStreamChunk:
@@ -154,6 +156,7 @@ class ToolStreamChunk:
             chunk.usage,
             chunk.timings,
             logprobs=chunk.logprobs,
+            stop_string=chunk.stop_string,
         )
 
 
@@ -352,4 +355,5 @@ class ToolAnswerReader:
             chunk.logprobs,
             end.invalid,
             self._guard.prevented,
+            stop_string=chunk.stop_string,
         )

@@ -69,6 +69,11 @@ def test_stop_strings_end_generation_and_are_never_emitted(engine: Engine) -> No
     assert stopped.finish_reason == "stop"
     assert "\n" not in stopped.text
     assert free.text.startswith(stopped.text)
+    # The engine names the stop string that ended the answer, whole and streamed.
+    assert (free.stop_string, stopped.stop_string) == (None, "\n")
+    request = chat("Count from one to ten, one number per line.", max_tokens=60, stop=["!", "\n"])
+    last = list(engine.stream(request))[-1]
+    assert (last.finish_reason, last.stop_string) == ("stop", "\n")
 
 
 def test_grammar_constrains_the_answer(engine: Engine) -> None:

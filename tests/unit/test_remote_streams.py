@@ -124,6 +124,19 @@ def test_chunks_come_as_the_events_do(served: tuple[RemoteEngine, Server]) -> No
         assert isinstance(chunks, list)
         assert "".join(c.text for c in chunks) == "Hello"
         assert chunks[-1].finish_reason == "stop"
+        assert chunks[-1].stop_string is None
+
+
+def test_the_stop_string_the_server_names_ends_the_answer(
+    served: tuple[RemoteEngine, Server],
+) -> None:
+    final = FINAL | {"stop_type": "word", "stopping_word": "END"}
+    for chunks in both(served, lambda: Body([text("a", 1), event(final)])):
+        assert isinstance(chunks, list)
+        assert (chunks[-1].finish_reason, chunks[-1].stop_string) == ("stop", "END")
+    engine, server = served
+    server.bodies.append(Body([text("a", 1), event(final)]))
+    assert engine.generate(REQUEST).stop_string == "END"
 
 
 def test_a_stream_cut_short_is_retryable_only_before_its_first_chunk(

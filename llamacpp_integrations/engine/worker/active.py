@@ -121,6 +121,7 @@ class ActiveRequest:
             timings=self.timings(now),
             logprobs=tuple(self.unsent_logprobs),
             reasoning=reasoning,
+            stop_string=self.output.stop_string if reason == "stop" else None,
         )
 
     def failure(self, error: LlamaCppIntegrationError) -> LlamaCppIntegrationError:
