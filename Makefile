@@ -161,9 +161,11 @@ test-live-quick: models $(LLAMA_SERVER)
 
 # Record the cassettes again (after a change to what the remote engine sends, or a new tested
 # server build); commit tests/cassettes/ with the change.
+# (tests/cassettes/unit holds llamacpp cassettes recorded on the local model: they stay.)
 record-cassettes: models $(LLAMA_SERVER)
-	rm -rf tests/cassettes
-	$(BIN)/pytest tests/integration tests/standard -m remote --record-mode=rewrite
+	rm -rf tests/cassettes/integration tests/cassettes/standard
+	$(BIN)/pytest tests/integration tests/standard -m remote --record-mode=rewrite \
+		--llamacpp-record-mode=all
 
 # Indexing a corpus (2,000 mixed-length texts) against llama-server --embeddings, both sides
 # taking turns: the tiny encoder, then SmolLM2 (about 50 minutes on 2 cores; pass TEXTS=200

@@ -20,7 +20,10 @@ The tree::
     ├── RequestTimeoutError (TimeoutError)  the request ran past its own timeout
     ├── OutputTruncatedError            max_tokens ended a structured answer before it was whole
     ├── ToolCallParseError              model text claimed to be a tool call but is not a valid one
-    └── EngineError                     llama.cpp failed while serving the request
+    ├── EngineError                     llama.cpp failed while serving the request
+    └── CassetteError                   a test cassette (``llamacpp_integrations.testing``) failed
+        ├── CassetteFormatError         missing, corrupt, or of a format version not readable here
+        └── UnmatchedRequestError       a replayed request was never recorded; names the nearest
 
 Errors that belong to one request carry its ``request_id``; the ones that end a request part-way
 also carry the text generated so far in ``partial_text``.
@@ -31,6 +34,8 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = [
+    "CassetteError",
+    "CassetteFormatError",
     "ChatTemplateError",
     "ContextOverflowError",
     "EngineClosedError",
@@ -50,6 +55,7 @@ __all__ = [
     "ServerUnavailableError",
     "ToolCallParseError",
     "UnknownOptionError",
+    "UnmatchedRequestError",
     "UnsupportedContentError",
     "UntestedServerError",
 ]
@@ -242,3 +248,39 @@ class ToolCallParseError(_PartialResultError):
             partial_text=partial_text,
         )
         self.position = position
+
+
+class CassetteError(LlamaCppIntegrationError):
+    """A cassette of ``llamacpp_integrations.testing`` could not serve a test."""
+
+
+class CassetteFormatError(CassetteError):
+    """The cassette file is missing, is not a cassette, is corrupt (``line`` names the bad
+    line, 0 for the file as a whole), or has a format version this package cannot read."""
+
+    def __init__(self, message: str, *, path: str, line: int = 0) -> None:
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+
+
+class UnmatchedRequestError(CassetteError):
+    """A replaying engine got a call its cassette holds no answer to. The message names the
+    nearest recorded call and how it differs; ``kind`` is the call (``"stream"``,
+    ``"generate"``, ``"embed"``...), ``nearest`` its recorded request (``None``: none of that
+    kind) and ``differences`` the fields that differ."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        nearest: dict[str, object] | None = None,
+        differences: tuple[str, ...] = (),
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, request_id=request_id)
+        self.kind = kind
+        self.nearest = nearest
+        self.differences = differences

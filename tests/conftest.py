@@ -130,6 +130,13 @@ def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
     return str(ROOT / "tests" / "cassettes" / path.parent.name / path.stem)
 
 
+@pytest.fixture(scope="module")
+def llamacpp_cassette_dir(request: pytest.FixtureRequest) -> Path:
+    """The llamacpp cassettes (llamacpp_integrations.testing) go beside the HTTP ones."""
+    path = request.node.path
+    return ROOT / "tests" / "cassettes" / path.parent.name / path.stem
+
+
 @pytest.fixture(scope="session")
 def remote_urls(
     request: pytest.FixtureRequest, smollm_path: Path, projector: Path

@@ -172,12 +172,14 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         # Runs in the constructor, which never downloads: the GGUF header is read only when
         # the file is on disk (local, or in the Hugging Face cache). LangChain swallows errors
         # raised here, so they are logged; the same error is raised again on first use.
-        # A supplied engine has its file on disk already, whatever ``model`` says.
-        if self.engine is None and self.base_url is not None:
+        if self.engine is not None:
+            # Its info says all a profile needs, and its file may be on another machine (a
+            # remote server's, a replayed cassette's): the header is not read.
+            return self._profile_of(None)
+        if self.base_url is not None:
             return self._profile_of(None)  # a server: nothing is asked of it before first use
-        spec = self.model if self.engine is None else self.engine.info.path
         try:
-            info = cached_model_info(spec)
+            info = cached_model_info(self.model)
         except LlamaCppIntegrationError as exc:
             logger.warning("ChatLlamaCpp(model=%r) has no profile: %s", self.model, exc)
             return None
@@ -224,16 +226,17 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
             profile["image_url_inputs"] = images and self.image_policy.allow_remote
         if self.chat_template is not None:
             profile["reasoning_output"] = _shows_reasoning(self.chat_template)
-        if info is None:
-            return profile
         # What one request gets from the engine these settings make, not the training context.
         # (Not through self.binding: made here, in the constructor, it would fix the engine
         # settings before the first call.)
         if self.engine is not None:
             window = ModelWindow.of(self.engine.info)
-        else:
+            template = self.chat_template or self.engine.info.chat_template
+        elif info is not None:
             window = estimated_window(self._engine_settings(), info)
-        template = self.chat_template or info.chat_template
+            template = self.chat_template or info.chat_template
+        else:
+            return profile
         profile["name"] = window.name
         profile["max_input_tokens"] = profile["max_output_tokens"] = window.n_ctx_per_seq
         profile["reasoning_output"] = template is not None and _shows_reasoning(template)

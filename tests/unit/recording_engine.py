@@ -45,7 +45,7 @@ TIMINGS = Timings(
 
 
 @dataclass
-class RecordingEngine:
+class FixedWordsEngine:
     """Answers ``words`` (each streamed as one piece, with ``logprobs`` on the first) and keeps
     every generation request in ``requests``."""
 
@@ -126,3 +126,8 @@ class RecordingEngine:
         timeout: float | None = None,
     ) -> list[list[float]]:
         return self.embed(texts)
+
+
+# The name most unit tests import; not llamacpp_integrations.testing.RecordingEngine, which
+# records a real engine's calls into a cassette.
+RecordingEngine = FixedWordsEngine

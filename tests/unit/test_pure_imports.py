@@ -32,6 +32,7 @@ PURE_DIRS = [
     "server",
     "remote",
     "engine/embedding",
+    "testing",
 ]
 PURE_FILES = [
     "__init__.py",

@@ -6,7 +6,6 @@ whole answer), stop sequences, token counts, and errors in Anthropic's shape."""
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,15 +16,9 @@ from pydantic import TypeAdapter
 from starlette.testclient import TestClient
 
 from llamacpp_integrations.engine import (
-    ChatRequest,
-    Completion,
-    FinishReason,
-    GenerationRequest,
-    StreamChunk,
-    TokenLogprob,
-    Usage,
+    ModelInfo,
 )
-from llamacpp_integrations.errors import EngineError, ImageInputNotSupportedError
+from llamacpp_integrations.errors import ImageInputNotSupportedError
 from llamacpp_integrations.server import ApiError, create_app
 from llamacpp_integrations.server.anthropic_messages import anthropic_messages_reader
 from llamacpp_integrations.server.anthropic_requests import count_options, message_options
@@ -34,9 +27,9 @@ from llamacpp_integrations.server.anthropic_schemas import (
     CountTokensBody,
     MessagesBody,
 )
-from llamacpp_integrations.server.stop_strings import StopStringWatch
+from llamacpp_integrations.testing import ScriptedEngine as PublicScriptedEngine
 from tests.builders.reasoning_templates import QWQ
-from tests.unit.recording_engine import INFO, TIMINGS, RecordingEngine
+from tests.unit.recording_engine import INFO
 
 EVENT: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
 
@@ -58,74 +51,12 @@ CALL_SCRIPT = (
 HI = [{"role": "user", "content": "Hi"}]
 
 
-def _token(text: str) -> TokenLogprob:
-    return TokenLogprob(text, 0, 0.0, tuple(text.encode()))
-
-
 @dataclass
-class ScriptedEngine(RecordingEngine):
-    """Answers every request with ``script``, one ``(reasoning, text)`` chunk at a time, the
-    last ending with ``finish``; ``hidden`` is the text of tokens the engine generated but did
-    not show (a stop string), given as token bytes when the request asks for them;
-    ``fail_at`` raises an engine error before that chunk."""
+class ScriptedEngine(PublicScriptedEngine):
+    """The public scripted engine, with this module's model, and two cached prompt tokens."""
 
-    script: Sequence[tuple[str, str]] = (("", "Hello"), ("", " there"))
-    finish: FinishReason = "stop"
-    hidden: str = ""
-    fail_at: int | None = None
-
-    def _usage(self) -> Usage:
-        thinking = sum(1 for thought, _ in self.script if thought)
-        return Usage(
-            prompt_tokens=7,
-            completion_tokens=len(self.script),
-            cached_prompt_tokens=2,
-            reasoning_tokens=thinking,
-        )
-
-    def count_prompt_tokens(self, request: object) -> int:
-        assert isinstance(request, ChatRequest)
-        return len(self.render_chat(request))
-
-    def _tokens(self, request: GenerationRequest, i: int) -> tuple[TokenLogprob, ...]:
-        if request.logprobs is None:
-            return ()
-        thought, text = self.script[i]
-        tokens = [_token(thought + text)]
-        if i == len(self.script) - 1 and self.hidden:
-            tokens.append(_token(self.hidden))
-        return tuple(tokens)
-
-    def generate(self, request: GenerationRequest) -> Completion:
-        self.requests.append(request)
-        tokens = [t for i in range(len(self.script)) for t in self._tokens(request, i)]
-        return Completion(
-            request.request_id,
-            "".join(text for _, text in self.script),
-            tuple(range(len(self.script))),
-            self.finish,
-            self._usage(),
-            TIMINGS,
-            tuple(tokens) if request.logprobs is not None else None,
-            reasoning="".join(thought for thought, _ in self.script),
-        )
-
-    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
-        self.requests.append(request)
-        for i, (thought, text) in enumerate(self.script):
-            if i == self.fail_at:
-                raise EngineError("the model failed")
-            last = i == len(self.script) - 1
-            yield StreamChunk(
-                request.request_id,
-                text,
-                (i,),
-                finish_reason=self.finish if last else None,
-                usage=self._usage() if last else None,
-                timings=TIMINGS if last else None,
-                logprobs=self._tokens(request, i),
-                reasoning=thought,
-            )
+    cached_prompt_tokens: int = 2
+    info: ModelInfo = INFO
 
 
 def _post(engine: ScriptedEngine, path: str = "/v1/messages", **body: Any) -> Any:
@@ -333,7 +264,7 @@ def test_fields_become_call_options() -> None:
         0.5,
         3,
     )
-    assert options.logprobs == 0  # each token's bytes, to tell which stop string ended it
+    assert options.logprobs is None  # the engine names the stop string that ended it
     assert (
         options.tools is not None
         and options.tools[0]["function"]["parameters"] == WEATHER["input_schema"]
@@ -463,7 +394,7 @@ def test_a_call_cut_by_max_tokens_keeps_what_it_wrote() -> None:
 
 
 def test_the_stop_sequence_that_ended_the_answer_is_named() -> None:
-    engine = ScriptedEngine(hidden="END.")  # the last token wrote the stop string and more
+    engine = ScriptedEngine(stop_string="END")
     body = {"stop_sequences": ["STOP", "END"]}
     whole = _whole(engine, **body)
     assert (whole["stop_reason"], whole["stop_sequence"]) == ("stop_sequence", "END")
@@ -473,13 +404,6 @@ def test_the_stop_sequence_that_ended_the_answer_is_named() -> None:
     }
     plain = _whole(ScriptedEngine(), **body)  # an end of generation: no stop string
     assert (plain["stop_reason"], plain["stop_sequence"]) == ("end_turn", None)
-
-
-def test_stop_string_watch_picks_the_first_to_start() -> None:
-    watch = StopStringWatch(["b", "abc", ""])
-    watch.feed([_token("x" * 500), _token("zab"), _token("c!")])
-    assert watch.matched() == "abc"
-    assert StopStringWatch(["q"]).matched() is None
 
 
 def test_count_tokens_counts_the_prompt_with_its_tools() -> None:

@@ -5,7 +5,6 @@ whole and streamed bodies, each checked against the ``openai`` SDK's own types."
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,20 +15,16 @@ from starlette.testclient import TestClient
 
 from llamacpp_integrations.engine import (
     ChatRequest,
-    Completion,
-    FinishReason,
-    GenerationRequest,
-    StreamChunk,
-    Usage,
+    ModelInfo,
 )
-from llamacpp_integrations.errors import EngineError
 from llamacpp_integrations.server import create_app
 from llamacpp_integrations.server.reasoning_effort import reasoning_switch
 from llamacpp_integrations.server.responses_api_requests import chat_messages, responses_options
 from llamacpp_integrations.server.responses_api_schemas import ResponsesBody
+from llamacpp_integrations.testing import ScriptedEngine as PublicScriptedEngine
 from tests.builders.reasoning_templates import QWQ
 
-from .recording_engine import INFO, TIMINGS, RecordingEngine
+from .recording_engine import INFO
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
@@ -52,45 +47,10 @@ CALL_SCRIPT = (
 
 
 @dataclass
-class ScriptedEngine(RecordingEngine):
-    """Answers every request with ``script``, one ``(reasoning, text)`` chunk at a time, the
-    last ending with ``finish``; ``fail_at`` raises an engine error before that chunk."""
+class ScriptedEngine(PublicScriptedEngine):
+    """The public scripted engine, with this module's model."""
 
-    script: Sequence[tuple[str, str]] = (("", "Hello"), ("", " there"))
-    finish: FinishReason = "stop"
-    fail_at: int | None = None
-
-    def _scripted_usage(self) -> Usage:
-        thinking = sum(1 for thought, _ in self.script if thought)
-        return Usage(prompt_tokens=7, completion_tokens=len(self.script), reasoning_tokens=thinking)
-
-    def generate(self, request: GenerationRequest) -> Completion:
-        self.requests.append(request)
-        return Completion(
-            request.request_id,
-            "".join(text for _, text in self.script),
-            tuple(range(len(self.script))),
-            self.finish,
-            self._scripted_usage(),
-            TIMINGS,
-            reasoning="".join(thought for thought, _ in self.script),
-        )
-
-    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
-        self.requests.append(request)
-        for i, (thought, text) in enumerate(self.script):
-            if i == self.fail_at:
-                raise EngineError("the model failed")
-            last = i == len(self.script) - 1
-            yield StreamChunk(
-                request.request_id,
-                text,
-                (i,),
-                finish_reason=self.finish if last else None,
-                usage=self._scripted_usage() if last else None,
-                timings=TIMINGS if last else None,
-                reasoning=thought,
-            )
+    info: ModelInfo = INFO
 
 
 def _post(engine: ScriptedEngine, **body: Any) -> Any:
