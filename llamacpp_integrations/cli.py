@@ -160,7 +160,9 @@ def _served(args: argparse.Namespace) -> tuple[InferenceEngine | None, ModelRost
             raise InvalidRequestError("--model-name names one model; several go by file name")
         models = {args.model_name: next(iter(models.values()))}
     keep_alive = DEFAULT_KEEP_ALIVE if args.keep_alive is None else args.keep_alive
-    roster = OnDemandRoster(models, config=serve_config(args), keep_alive=keep_alive)
+    roster = OnDemandRoster(
+        models, config=serve_config(args), keep_alive=keep_alive, max_loaded=args.models_max
+    )
     print(f"serving {', '.join(models)} on {where}, each loaded when asked for", file=sys.stderr)
     return None, roster
 
@@ -227,6 +229,13 @@ def _add_serve(commands: Any) -> None:
         default=None,
         help="seconds an idle model stays loaded when models load on demand (default 300; "
         "0: unload at once; -1: never); with one model, loads it on its first request",
+    )
+    add(
+        "--models-max",
+        type=int,
+        default=None,
+        help="most models loaded at once when they load on demand (default: no limit); "
+        "loading another unloads the idle one used longest ago",
     )
     add("--request-timeout", type=float, default=None, help="seconds per generation (504)")
     add("--max-body-bytes", type=int, default=32 * 1024 * 1024)

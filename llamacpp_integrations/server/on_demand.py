@@ -12,6 +12,11 @@ meanwhile, and requests arriving during it wait for that one load instead of sta
 A model that fails to load answers its requests with 500 ``model_load_failed`` and is tried
 again on the next; the other models are served as before.
 
+``max_loaded`` caps how many models are in memory at once (llama-server's ``--models-max``):
+loading one more first unloads the idle model used longest ago. When every loaded model is
+answering requests, nothing can go without cutting an answer short, so the request is answered
+503 ``models_busy`` with ``Retry-After``: retrying when an answer has ended gets the model.
+
 Names: with several models, a request names one by its id in ``/v1/models``; an unknown name
 is answered 404 ``model_not_found`` and a request without a name 400 (taking the first model
 would answer from a model the client did not choose). With one model every name gets it, as
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -87,6 +93,7 @@ class _Model:
     hold: HeldEngine | None = None  # while leases > 0
     kept: InferenceEngine | None = None  # given back, perhaps not unloaded yet
     loading: asyncio.Future[HeldEngine] | None = None
+    last_used: float = 0.0  # when its last lease ended (monotonic seconds)
 
     def engine(self) -> InferenceEngine | None:
         """The engine if it is loaded now (loads nothing)."""
@@ -111,9 +118,11 @@ class OnDemandRoster:
         config: The settings every model is loaded with (its ``model`` is not used).
         keep_alive: Seconds a model no request uses stays loaded.
         loader: How a model is loaded (default: the engine registry, with ``config``).
+        max_loaded: Most models loaded at once (``None``: no limit); see the module docstring.
 
     Raises:
-        InvalidRequestError: No models, or a projector (``mmproj``) for several models.
+        InvalidRequestError: No models, a projector (``mmproj``) for several models, or a
+            ``max_loaded`` below 1.
     """
 
     def __init__(
@@ -123,14 +132,18 @@ class OnDemandRoster:
         config: EngineConfig | None = None,
         keep_alive: float = DEFAULT_KEEP_ALIVE,
         loader: ModelLoader | None = None,
+        max_loaded: int | None = None,
     ) -> None:
         if not models:
             raise InvalidRequestError("no models to serve")
+        if max_loaded is not None and max_loaded < 1:
+            raise InvalidRequestError(f"max_loaded must be at least 1, not {max_loaded}")
         if len(models) > 1 and config is not None and config.mmproj is not None:
             raise InvalidRequestError(
                 "an image projector (mmproj) belongs to one model: serve that model on its own"
             )
         self.keep_alive = keep_alive
+        self.max_loaded = max_loaded
         self._load = loader or registry_loader(config)
         self._models = {name: _Model(name, path) for name, path in models.items()}
         self._closed = False
@@ -235,6 +248,7 @@ class OnDemandRoster:
         if model.hold is not None:
             return model.hold.engine
         if model.loading is None:
+            self._make_room(model)
             loading = asyncio.ensure_future(asyncio.to_thread(self._load, model.path))
             # Registered before any waiter's: it has run by the time a waiter resumes.
             loading.add_done_callback(partial(self._loaded, model))
@@ -247,6 +261,38 @@ class OnDemandRoster:
         if model.hold is None:  # closed meanwhile
             raise ApiError(503, "the server is shutting down", "server_error", "engine_closed")
         return model.hold.engine
+
+    def _make_room(self, model: _Model) -> None:
+        """Unload idle models, least recently used first, until ``model`` may load beside
+        the others (``max_loaded``).
+
+        Raises:
+            ApiError: 503 ``models_busy`` when every other loaded model is answering.
+        """
+        if self.max_loaded is None:
+            return
+        others = [m for m in self._models.values() if m is not model and m.status() != "unloaded"]
+        idle = sorted((m for m in others if m.hold is None and m.loading is None),
+                      key=lambda m: m.last_used)  # fmt: skip
+        while len(others) >= self.max_loaded and idle:
+            oldest = idle.pop(0)
+            if oldest.kept is not None:
+                # False when something else in the process holds it: not ours to unload.
+                unload_kept_engine(oldest.kept)
+                oldest.kept = None
+                log.info("unloaded model %r to make room for %r", oldest.name, model.name)
+            others.remove(oldest)
+        if len(others) >= self.max_loaded:
+            busy = ", ".join(m.name for m in others)
+            raise ApiError(
+                503,
+                f"{self.max_loaded} model(s) may be loaded at once, and every loaded one "
+                f"({busy}) is answering requests: try again when an answer has ended",
+                "server_error",
+                "models_busy",
+                param="model",
+                headers=(("Retry-After", "1"),),
+            )
 
     def _loaded(self, model: _Model, loading: asyncio.Future[HeldEngine]) -> None:
         """A load ended: its engine is held for the requests that wait for it."""
@@ -265,6 +311,8 @@ class OnDemandRoster:
         """One lease ended; the last one gives the engine back to the registry, which unloads
         it after ``keep_alive`` seconds unless a request takes it again."""
         model.leases = max(0, model.leases - 1)
+        if model.leases == 0:
+            model.last_used = time.monotonic()
         if model.leases == 0 and model.hold is not None:
             hold, model.hold = model.hold, None
             self._release(model, hold, self.keep_alive)

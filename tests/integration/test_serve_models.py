@@ -159,12 +159,14 @@ def test_keep_alive_zero_unloads_when_the_last_answer_ends_and_never_under_a_str
 
 def test_serve_parses_several_models_and_keep_alive() -> None:
     args = build_parser().parse_args(
-        ["serve", "a.gguf", "./models", "--keep-alive", "1.5", "--slots", "3"]
+        ["serve", "a.gguf", "./models", "--keep-alive", "1.5", "--slots", "3", "--models-max", "2"]
     )
     assert args.models == ["a.gguf", "./models"] and args.keep_alive == 1.5
+    assert args.models_max == 2
     assert serve_config(args).n_seq_max == 3  # every model's settings
     one = build_parser().parse_args(["serve", "m.gguf"])
     assert one.keep_alive is None and serve_config(one).model == "m.gguf"
+    assert one.models_max is None
 
 
 def test_serve_refuses_what_it_cannot_serve(

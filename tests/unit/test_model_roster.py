@@ -257,6 +257,41 @@ async def test_models_are_listed_loaded_or_not() -> None:
     lease.release()
 
 
+async def test_a_cap_on_loaded_models_unloads_the_idle_one_used_longest_ago(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unloaded: list[object] = []
+
+    def unload(engine: RecordingEngine) -> bool:  # the registry's, for stand-in holds
+        unloaded.append(engine)
+        engine.close()
+        return True
+
+    monkeypatch.setattr("llamacpp_integrations.server.on_demand.unload_kept_engine", unload)
+    models = {name: f"/m/{name}.gguf" for name in ("alpha", "beta", "gamma")}
+    loader = FakeLoader()
+    roster = OnDemandRoster(models, keep_alive=300, loader=loader, max_loaded=2)
+    (await roster.lease("alpha")).release()
+    (await roster.lease("beta")).release()
+    (await roster.lease("alpha")).release()  # beta is now the one used longest ago
+    (await roster.lease("gamma")).release()
+    assert unloaded == [loader.holds[1].engine]
+    assert [roster.status(name) for name in models] == ["loaded", "unloaded", "loaded"]
+    # Every loaded model answering: a third cannot load without cutting one short.
+    busy = [await roster.lease("alpha"), await roster.lease("gamma")]
+    with pytest.raises(ApiError) as refused:
+        await roster.lease("beta")
+    assert (refused.value.status, refused.value.code) == (503, "models_busy")
+    assert ("Retry-After", "1") in refused.value.headers
+    assert roster.leases("beta") == 0 and roster.status("beta") == "unloaded"
+    busy[0].release()
+    (await roster.lease("beta")).release()  # alpha was idle: it made room
+    assert [roster.status(name) for name in models] == ["unloaded", "loaded", "loaded"]
+    busy[1].release()
+    with pytest.raises(InvalidRequestError, match="max_loaded"):
+        OnDemandRoster(models, loader=loader, max_loaded=0)
+
+
 # ---- with the real registry ------------------------------------------------------------------
 
 
