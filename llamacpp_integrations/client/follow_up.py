@@ -39,6 +39,7 @@ def follow_up_plan(
         prompt=prompt,
         answer_so_far=answer_so_far,
         generated_tokens=generated_tokens,
+        answer_schema=plan.tools.answer_schema,
     )
     return None if request is None else CallPlan(request)
 

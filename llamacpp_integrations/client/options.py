@@ -238,8 +238,6 @@ class CallOptions:
         stop = pick("stop") or ()
         tools = pick("tools") or None
         response_format = pick("response_format")
-        if tools and response_format is not None:
-            raise InvalidRequestError("tools and response_format cannot be used together")
         grammar = _grammar(pick("grammar"))
         if grammar is not None and (tools or response_format is not None):
             raise InvalidRequestError(

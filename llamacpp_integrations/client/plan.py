@@ -116,8 +116,10 @@ def tool_plan(
     support: TemplateToolSupport | None = None,
     allow_repeated_calls: bool = False,
     cut_calls: CutCalls = "raise",
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> CallPlan:
-    """A call that may (or, per ``tool_choice``, must) call ``tools``; see
+    """A call that may (or, per ``tool_choice``, must) call ``tools``, and answers without a
+    call in JSON following ``answer_schema`` when one is given; see
     ``tools.plan_tool_request`` for how the prompt and grammar are made, and
     ``tools.loop_guard`` for what happens to repeated calls."""
     planned = plan_tool_request(
@@ -129,6 +131,7 @@ def tool_plan(
         support=support,
         allow_repeated_calls=allow_repeated_calls,
         cut=cut_calls,
+        answer_schema=answer_schema,
     )
     return CallPlan(planned.request, tools=planned)
 
@@ -167,6 +170,7 @@ def plan_call(
             support=facts.tool_support(engine, request.chat_template),
             allow_repeated_calls=options.allow_repeated_calls,
             cut_calls=cut_calls,
+            answer_schema=_answer_schema(options),
         )
     if options.response_format is not None:
         return structured_plan(request, options.response_format.schema, cut_json=cut_json)
@@ -188,6 +192,15 @@ def _root_first(grammar: str) -> str:
         lambda m: "caller-root" if m.group(0) == "root" else m.group(0), grammar
     )
     return f"root ::= caller-root\n{renamed}"
+
+
+def _answer_schema(options: CallOptions) -> Mapping[str, Any] | None:
+    """The schema an answer without calls follows, when a response format comes with tools
+    (LangChain's ``create_agent(response_format=...)`` sends both)."""
+    form = options.response_format
+    if form is None:
+        return None
+    return form.schema if form.schema is not None else {"type": "object"}
 
 
 def reasoning_spec(format: ReasoningFormat | None, options: CallOptions) -> ReasoningSpec | None:

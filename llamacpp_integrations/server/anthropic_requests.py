@@ -83,8 +83,6 @@ def _prompt_keywords(body: CountTokensBody) -> dict[str, Any]:
             kwargs["reasoning_budget"] = thinking.budget_tokens
     output_format = body.output_config.format if body.output_config else None
     if output_format is not None:
-        if kwargs.get("tools"):
-            raise bad_request("a format cannot be used together with tools", "output_config.format")
         kwargs["response_format"] = _response_format(output_format)
     return kwargs
 

@@ -126,18 +126,12 @@ def responses_options(body: ResponsesBody, *, context: int, timeout: float | Non
     sequence (the output limit when ``max_output_tokens`` is not given).
 
     Raises:
-        ApiError: a field this server cannot honour, or tools with a JSON ``text.format``.
+        ApiError: a field this server cannot honour.
     """
     refuse_unsupported(body)
     tools = chat_tools(body.tools)
     choice = chat_tool_choice(body.tool_choice)
     response_format = _response_format(body)
-    if tools and response_format is not None:
-        raise _bad(
-            "text.format cannot be JSON when tools are offered: an answer here either calls "
-            "tools or follows the format",
-            "text.format",
-        )
     if not tools and choice not in (None, "none", "auto"):
         raise _bad("tool_choice needs tools", "tool_choice")
     effort = body.reasoning.effort if body.reasoning is not None else None

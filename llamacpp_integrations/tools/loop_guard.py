@@ -29,7 +29,8 @@ from typing import Any
 from ..engine import ChatRequest, CompletionRequest
 from ..prompts.media import images_in
 from .call_syntax import TOOL_CALL_LIST, CallSyntax
-from .grammar import GrammarRules
+from .grammar import GrammarRules, schema_rule
+from .grammar.gbnf import seq
 from .partial_json import parse_partial_json
 from .tool_grammar import answer_text_rule
 from .tool_prompt import calls_of
@@ -223,10 +224,11 @@ def follow_up_request(
     prompt: str,
     answer_so_far: str,
     generated_tokens: int,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> CompletionRequest | None:
     """The answer's continuation with no call allowed: ``prompt`` (the request rendered), the
-    reply text already given, and a grammar for a text reply. ``None`` when ``max_tokens``
-    leaves no room.
+    reply text already given, and a grammar for a text reply (with ``answer_schema``, a JSON
+    document following it). ``None`` when ``max_tokens`` leaves no room.
 
     The fallback syntax states "no call" as the empty list, so that is what the continuation
     starts from; native syntaxes continue the reply text before the calls.
@@ -236,7 +238,12 @@ def follow_up_request(
         return None
     rules = GrammarRules()
     rules.fixed("ws")
-    if syntax is TOOL_CALL_LIST:
+    if answer_schema is not None:
+        # Nothing but the document: the calls' grammar left no room for text before it.
+        opened = f"{syntax.lead}{syntax.trail}" if syntax is TOOL_CALL_LIST else ""
+        text = prompt + opened
+        root = rules.add("answer", seq("ws", schema_rule(rules, answer_schema, "document")))
+    elif syntax is TOOL_CALL_LIST:
         opened = f"{syntax.lead}{syntax.trail}"  # "<tool_call>[]</tool_call>"
         text = prompt + opened
         root = answer_text_rule(rules, syntax, lead_blank=True)

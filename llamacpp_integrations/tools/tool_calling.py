@@ -84,6 +84,7 @@ class ToolCallPlan:
     ``syntax`` is ``None`` when no call can come back (``tool_choice="none"``); ``answered``
     holds the calls the loop guard keeps from being made again (see ``loop_guard``), ``None``
     where the guard is off (``allow_repeated_calls``, or a choice that demands calls).
+    ``answer_schema`` is the JSON schema an answer without calls follows (``None``: free text).
     """
 
     request: ChatRequest
@@ -93,6 +94,7 @@ class ToolCallPlan:
     native: bool
     answered: frozenset[CallKey] | None = None
     cut: CutCalls = "raise"
+    answer_schema: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ def plan_tool_request(
     support: TemplateToolSupport | None = None,
     allow_repeated_calls: bool = False,
     cut: CutCalls = "raise",
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> ToolCallPlan:
     """The engine request for ``request`` with ``tools`` offered under ``tool_choice``.
 
@@ -177,6 +180,9 @@ def plan_tool_request(
     In ``auto`` mode a call repeating one already answered in the conversation is not
     returned (the loop guard) unless ``allow_repeated_calls``. For a reasoning model (a
     request with ``reasoning`` set) the calls are constrained only after its reasoning.
+    With ``answer_schema`` (a response format beside the tools) an answer that calls no tool
+    is a JSON document following it; the grammar then holds from the first token, where
+    without it a native syntax leaves text free until a call starts.
 
     Raises:
         InvalidRequestError: bad tools or tool choice (names the problem).
@@ -198,12 +204,19 @@ def plan_tool_request(
         return ToolCallPlan(planned, None, specs, choice, native, cut=cut)
     callable_tools = [t for t in specs if choice.name in (None, t.name)]
     parallel = parallel_tool_calls and choice.name is None
+    if choice.must_call:
+        answer_schema = None  # the answer is calls: there is no other to shape
     grammar = tool_calls_gbnf(
-        callable_tools, syntax, parallel=parallel, allow_text=not native and not choice.must_call
+        callable_tools,
+        syntax,
+        parallel=parallel,
+        allow_text=not native and not choice.must_call,
+        answer_schema=answer_schema,
     )
     spec = request.reasoning
     after = "" if spec is None else answer_trigger_prefix(spec)
-    triggers = syntax.trigger_patterns(after) if native and not choice.must_call else ()
+    lazy = native and not choice.must_call and answer_schema is None
+    triggers = syntax.trigger_patterns(after) if lazy else ()
     if spec is not None and not triggers:
         grammar = answer_grammar(spec, grammar)
     if native:
@@ -220,7 +233,7 @@ def plan_tool_request(
         stop=(),
         special=request.special or (native and syntax.special_markers),
     )
-    return ToolCallPlan(planned, syntax, specs, choice, native, answered, cut)
+    return ToolCallPlan(planned, syntax, specs, choice, native, answered, cut, answer_schema)
 
 
 # -- reading answers -----------------------------------------------------------------------------

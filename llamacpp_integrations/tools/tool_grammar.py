@@ -64,6 +64,7 @@ def tool_calls_gbnf(
     *,
     parallel: bool,
     allow_text: bool = False,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> str:
     """A grammar (root rule ``root``) for one call, or up to ``MAX_PARALLEL_CALLS`` with
     ``parallel``, of the given tools, written in ``syntax``.
@@ -72,6 +73,10 @@ def tool_calls_gbnf(
     empty list followed by a text reply that never contains the syntax's opener: the model
     states "no call" where it would list calls, a decision small models make far better than
     choosing between markup and prose at the first token.
+
+    With ``answer_schema`` an answer that calls nothing is a JSON document following it (a
+    call with tools and a response format): after the empty list with ``allow_text``, else
+    instead of the calls.
 
     Raises:
         SchemaNotSupportedError: a tool's parameter schema cannot be expressed.
@@ -91,10 +96,17 @@ def tool_calls_gbnf(
     # stop there instead of being held to writing another call.
     trail = f"ws {literal(syntax.trail)} ws" if syntax.trail else "ws"
     calls = rules.add("calls", seq(lead, "ws" if lead else "", block, repeated, trail))
+    if allow_text and not syntax.empty_allowed:
+        raise ValueError(f"allow_text needs a syntax with empty call lists, not {syntax.name}")
+    if answer_schema is not None:
+        document = schema_rule(rules, answer_schema, "answer")
+        if allow_text:
+            return rules.render(
+                f"{calls} | {rules.add('no-call', seq(lead, 'ws', trail, document))}"
+            )
+        return rules.render(f"{calls} | {document}")
     if not allow_text:
         return rules.render(calls)
-    if not syntax.empty_allowed:
-        raise ValueError(f"allow_text needs a syntax with empty call lists, not {syntax.name}")
     blank_or_marker = " \t\r\n" + syntax.opener[0]
     first = f"[^{_class_escape(blank_or_marker)}]"
     text = marker_free_text_rule(rules, syntax.opener)

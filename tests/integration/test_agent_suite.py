@@ -124,3 +124,29 @@ def test_function_agent_answers_after_one_multiply_call(smollm_path: Path) -> No
     calls, output = asyncio.run(run())
     assert [name for name, _ in calls] == ["multiply"]
     assert output.response.content and output.response.content.strip()
+
+
+def test_create_agent_with_a_response_format_calls_tools_then_answers_in_its_schema(
+    chat_model: ChatLlamaCpp,
+) -> None:
+    """``create_agent(response_format=...)`` on a model whose profile says it has structured
+    output sends the tools and the response format in one call (LangChain's provider
+    strategy): an answer is then either calls or a JSON document of the schema."""
+    from langchain.agents import create_agent
+    from pydantic import BaseModel
+
+    class Product(BaseModel):
+        value: int
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers and return the product."""
+        return a * b
+
+    agent = create_agent(chat_model, tools=[multiply], response_format=Product)
+    result = agent.invoke(
+        {"messages": [("user", "What is 6 times 7? Use the multiply tool.")]},
+        {"recursion_limit": 12},
+    )
+    assert isinstance(result["structured_response"], Product)
+    calls = [c for m in result["messages"] for c in getattr(m, "tool_calls", None) or ()]
+    assert all(call["name"] == "multiply" for call in calls)

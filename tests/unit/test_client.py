@@ -62,12 +62,33 @@ def test_logprobs_tool_choice_and_single_stop_strings() -> None:
     assert options.tool_choice is False  # False means "none", not the default
 
 
-def test_tools_and_a_response_format_together_are_refused() -> None:
+def test_tools_with_a_response_format_answer_with_calls_or_a_document_of_the_schema() -> None:
+    """What LangChain's ``create_agent(response_format=...)`` sends: both in one call."""
+    from llamacpp_integrations.tools import ToolSpec
+    from llamacpp_integrations.tools.call_syntax import HERMES, TOOL_CALL_LIST
+    from llamacpp_integrations.tools.tool_grammar import tool_calls_gbnf
+
+    from .gbnf_matcher import Grammar
+
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    with pytest.raises(InvalidRequestError, match="together"):
-        client.CallOptions.merge(
-            DEFAULTS, {"tools": [tool], "response_format": {"type": "json_object"}}, owner="X"
+    options = client.CallOptions.merge(
+        DEFAULTS, {"tools": [tool], "response_format": {"type": "json_object"}}, owner="X"
+    )
+    assert options.tools and options.response_format is not None
+    spec = ToolSpec(name="f", description="", parameters={"type": "object", "properties": {}})
+    schema = {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"]}
+    native = Grammar(tool_calls_gbnf([spec], HERMES, parallel=False, answer_schema=schema))
+    assert native.accepts('<tool_call>{"name": "f", "arguments": {}}</tool_call>')
+    assert native.accepts('{"value": 42}')
+    assert not native.accepts("It is 42.") and not native.accepts('{"value": "42"}')
+    listed = Grammar(
+        tool_calls_gbnf(
+            [spec], TOOL_CALL_LIST, parallel=True, allow_text=True, answer_schema=schema
         )
+    )
+    assert listed.accepts('<tool_call>[{"name": "f", "arguments": {}}]</tool_call>')
+    assert listed.accepts('<tool_call>[]</tool_call>{"value": 42}')
+    assert not listed.accepts("<tool_call>[]</tool_call>It is 42.")
 
 
 def test_a_grammar_is_a_call_option_but_not_beside_tools_or_formats() -> None:

@@ -298,13 +298,6 @@ def test_fields_become_call_options() -> None:
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"tools": [WEATHER], "tool_choice": {"type": "tool"}}, "tool_choice.name"),
-        (
-            {
-                "tools": [WEATHER],
-                "output_config": {"format": {"type": "json_schema", "schema": {}}},
-            },
-            "output_config.format",
-        ),
         ({"output_config": {"format": {"type": "xml"}}}, "output_config.format"),
     ],
 )

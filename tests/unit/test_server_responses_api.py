@@ -135,6 +135,15 @@ def test_input_items_become_chat_messages_one_assistant_turn_per_answer() -> Non
     assert chat_messages(None, "Hi") == [{"role": "user", "content": "Hi"}]
 
 
+def test_tools_with_a_json_format_answer_with_calls_or_the_document() -> None:
+    """What the Agents SDK sends for an agent with an output type."""
+    engine = ScriptedEngine(script=['{"city": "Oslo"}'])
+    answer = _post(engine, tools=[WEATHER], text={"format": {"type": "json_object"}})
+    assert answer.status_code == 200, answer.text
+    (request,) = engine.requests
+    assert request.grammar is not None and not request.grammar_triggers  # constrained at once
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -167,10 +176,6 @@ def test_input_items_become_chat_messages_one_assistant_turn_per_answer() -> Non
         ({"tools": [WEATHER, {"type": "web_search"}]}, "tools[1].type"),
         ({"tools": [WEATHER], "tool_choice": {"type": "allowed_tools"}}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
-        (
-            {"tools": [WEATHER], "text": {"format": {"type": "json_object"}}},
-            "text.format",
-        ),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ],
