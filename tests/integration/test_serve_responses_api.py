@@ -192,6 +192,28 @@ def test_a_json_schema_answer_conforms(client: openai.OpenAI) -> None:
     assert response.text.format.type == "json_schema"
 
 
+def test_functions_with_a_json_format_call_or_answer_in_the_schema(client: openai.OpenAI) -> None:
+    """What the Agents SDK sends for an agent with an output type: an answer is calls, or a
+    document following the format."""
+    response = client.responses.create(
+        model="m",
+        input="Invent a person.",
+        tools=[WEATHER],  # type: ignore[list-item]
+        text={
+            "format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
+        },
+        max_output_tokens=60,
+        temperature=0,
+    )
+    assert response.status == "completed", response.incomplete_details
+    calls = [item for item in response.output if item.type == "function_call"]
+    if calls:
+        assert all(call.name == "get_weather" for call in calls)
+        assert not response.output_text
+    else:
+        Person.model_validate(json.loads(response.output_text))
+
+
 def test_a_cut_answer_is_incomplete(client: openai.OpenAI) -> None:
     response = client.responses.create(
         model="m", input="Write a long story about a dragon.", max_output_tokens=2, temperature=0
