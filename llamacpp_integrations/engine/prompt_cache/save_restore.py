@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..batch import PrefillLayout
+from ..batch import LEAD_PARTS, PrefillLayout
 from ..config import EngineConfig
 from ..native.runner import GenerationContext, LoadedModel
 from .disk_store import PromptDiskCache
@@ -32,6 +32,8 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "unified": config.kv_unified,
         "lora": [(a.path, a.scale) for a in config.lora_adapters],
         "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
+        # Where a prompt's chunks end decides which saved cells are exactly a cold read's.
+        "prefill": [config.prefill_block_size, LEAD_PARTS],
     }
     return repr(sorted(parts.items()))
 
