@@ -34,7 +34,14 @@ from ..engine.types import ChatRequest, GenerationRequest
 from ..errors import EngineClosedError, EngineError, LlamaCppIntegrationError
 from ..prompts.chat_rendering import ChatTemplates
 
-__all__ = ["SCRIPTED_INFO", "SCRIPTED_TIMINGS", "Answer", "ScriptedEngine", "tool_calls_text"]
+__all__ = [
+    "CHATML",
+    "SCRIPTED_INFO",
+    "SCRIPTED_TIMINGS",
+    "Answer",
+    "ScriptedEngine",
+    "tool_calls_text",
+]
 
 CHATML = (
     "{%- for message in messages %}"

@@ -13,18 +13,11 @@ from llamacpp_integrations.engine import (
     GenerationRequest,
     ModelInfo,
     StreamChunk,
-    Timings,
     TokenLogprob,
     Usage,
 )
 from llamacpp_integrations.prompts.chat_rendering import ChatTemplates
-
-CHATML = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+from llamacpp_integrations.testing.scripted import CHATML, SCRIPTED_TIMINGS
 
 INFO = ModelInfo(
     path="/models/tiny-Q8_0.gguf",
@@ -39,9 +32,7 @@ INFO = ModelInfo(
     size_bytes=1,
     chat_template=CHATML,
 )
-TIMINGS = Timings(
-    queued_s=0.0, time_to_first_token_s=0.02, total_s=0.1, prompt_eval_s=0.01, generation_s=0.06
-)
+TIMINGS = SCRIPTED_TIMINGS
 
 
 @dataclass
