@@ -9,6 +9,9 @@ end, quickly and in bounded memory, whatever it does:
   checked against ``MAX_CHARS``, and an operation whose result would be larger is refused
   before it allocates where that can be known in advance (``'a' * n``, ``'a'.center(n)``);
 - the rendered output is counted as it is produced and stops at ``MAX_CHARS``;
+- calls nest at most ``MAX_CALL_DEPTH`` deep, so a macro that calls itself ends at once with
+  a clear error instead of deep in Python's own recursion limit, whose unwinding through a
+  thousand frames is slow enough to race the time limit;
 - a render that runs longer than its time limit is interrupted: a watchdog thread raises an
   exception in the rendering thread (``PyThreadState_SetAsyncExc``), which stops any loop of
   Jinja's pure-Python code at its next bytecode boundary. One short-lived thread per render
@@ -43,10 +46,14 @@ from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 
 from ..errors import ChatTemplateError
 
-__all__ = ["MAX_CHARS", "RENDER_TIME_LIMIT_S", "LimitedSandbox", "render_limited"]
+__all__ = ["MAX_CALL_DEPTH", "MAX_CHARS", "RENDER_TIME_LIMIT_S", "LimitedSandbox", "render_limited"]
 
 MAX_CHARS = 16 * 1024 * 1024
 """The longest string or list a template may build, and the longest output (characters)."""
+
+MAX_CALL_DEPTH = 64
+"""How deeply a template's calls (macros, filters, methods) may nest. Published templates that
+recurse (over a tool's JSON schema) nest as deep as the schema, a handful of levels."""
 
 RENDER_TIME_LIMIT_S = 5.0
 """How long one render may run (real templates take a millisecond or so)."""
@@ -222,7 +229,14 @@ class LimitedSandbox(SandboxedEnvironment):
         added = sum(_size(a) for a in (*args, *kwargs.values()))
         if grows and _size(owner) + added > MAX_CHARS:
             raise _LimitExceeded(f"the template grew a value to over {MAX_CHARS} items")
-        result = super().call(__context, __obj, *args, **kwargs)
+        depth = getattr(_render_state, "call_depth", 0)
+        if depth >= MAX_CALL_DEPTH:
+            raise _LimitExceeded(f"the template nested calls over {MAX_CALL_DEPTH} deep")
+        _render_state.call_depth = depth + 1
+        try:
+            result = super().call(__context, __obj, *args, **kwargs)
+        finally:
+            _render_state.call_depth = depth
         if grows:  # and whatever it took from an iterator of unknown length afterwards
             _check_size(owner)
         return _check_size(result)

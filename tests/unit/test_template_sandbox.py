@@ -105,6 +105,26 @@ def test_time_limit_names_itself() -> None:
     assert ok.render(MESSAGES) == "hi"
 
 
+def test_recursion_ends_at_the_call_depth_limit_without_unraisable_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Python's own recursion limit would end it too, but unwinding a thousand frames is slow
+    # enough to race the time limit, whose exception could then land in a finalizer.
+    unraisable: list[object] = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    source = "{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}"
+    template = ChatTemplate(source, bos_token="", eos_token="", render_time_limit=0.5)
+    with pytest.raises(ChatTemplateError, match=f"over {template_sandbox.MAX_CALL_DEPTH} deep"):
+        template.render(MESSAGES)
+    assert unraisable == []
+    # A recursion as deep as a nested tool schema renders.
+    nested = (
+        "{% macro down(n) %}{% if n %}({{ down(n - 1) }}){% endif %}{% endmacro %}"
+        "{{ down(20) }}"
+    )
+    assert render(nested) == "(" * 20 + ")" * 20
+
+
 def test_real_templates_are_unaffected() -> None:
     source = (
         "{% for m in messages %}<|{{ m.role }}|>{{ m.content ~ '\\n' }}{% endfor %}"
