@@ -40,7 +40,7 @@ from llamacpp_integrations.multimodal import load_image
 from tests.builders.tiny_projector import build_tiny_projector
 from tests.builders.tiny_qwen2vl import build_tiny_qwen2vl
 from tests.conftest import ENGINES
-from tests.integration.helpers import agree_up_to_a_tie
+from tests.integration.helpers import agree_up_to_a_tie, idle_and_freed, wait_for
 
 GREEDY = SamplingParams(temperature=0.0)
 # How far apart two top tokens may be for batched rounding to flip the greedy choice.
@@ -290,6 +290,82 @@ def test_cancelled_image_request_frees_its_sequence(vision: Engine) -> None:
         handle.result()
     assert vision.stats().running == 0
     assert vision.generate(ask(noise(11), max_tokens=2)).usage.prompt_image_tokens > 0
+
+
+def _image_end(engine: Engine, request: ChatRequest) -> int:
+    """The position after the (one) image of ``request``'s prompt."""
+    prompt = engine.prompt_tokens(request)
+    return max(i for i, t in enumerate(prompt) if t < 0) + 1
+
+
+def test_requests_sent_together_read_their_shared_image_once(
+    smollm_path: Path, projector: Path
+) -> None:
+    """Four questions about one picture sent at once: one request evaluates the image, the
+    others take its cells and read only their questions, and each answer is the one it gets
+    alone (deterministic mode, so the comparison is exact)."""
+    config = EngineConfig(
+        model=str(smollm_path),
+        mmproj=str(projector),
+        n_seq_max=4,
+        n_ctx_per_seq=1024,
+        deterministic=True,
+    )
+    questions = ["What is in this picture?", "Which colours?", "Is it dark?", "Any text?"]
+    with Engine(config) as engine:
+        requests = [ask(noise(21), q, max_tokens=12) for q in questions]
+        alone = []
+        for request in requests:
+            engine.clear_cache()
+            alone.append(engine.generate(request))
+        engine.clear_cache()
+        before = engine.stats().shared_prompt_tokens
+        handles = [engine.submit(r) for r in requests]
+        together = [handle.result() for handle in handles]
+        image_end = _image_end(engine, requests[0])
+        shared = engine.stats().shared_prompt_tokens - before
+        assert idle_and_freed(wait_for(engine, idle_and_freed))
+    taken = [c.usage.cached_prompt_tokens for c in together]
+    # Every request but the one that read it took the image from another's cells.
+    assert sum(t >= image_end for t in taken) == len(requests) - 1, (taken, image_end)
+    assert shared == sum(taken)
+    assert all(c.usage.prompt_image_tokens > 0 for c in together)
+    for a, b in zip(alone, together, strict=True):
+        assert a.token_ids == b.token_ids, (a.text, b.text)
+
+
+def test_a_prompt_with_an_image_is_saved_to_disk_and_restored_after_a_restart(
+    smollm_path: Path, projector: Path, tmp_path: Path
+) -> None:
+    def engine() -> Engine:
+        return Engine(
+            EngineConfig(
+                model=str(smollm_path),
+                mmproj=str(projector),
+                n_seq_max=2,
+                n_ctx_per_seq=1024,
+                prompt_cache_dir=str(tmp_path),
+                prompt_cache_min_tokens=32,
+            )
+        )
+
+    request = ask(noise(22), logprobs=3)
+    with engine() as first:
+        cold = first.generate(request)
+        image_end = _image_end(first, request)
+    assert cold.usage.cached_prompt_tokens == 0
+    assert len(list(tmp_path.glob("*.kvstate"))) == 1
+    with engine() as restarted:
+        same = restarted.generate(ask(noise(22), logprobs=3))
+        other_question = restarted.generate(ask(noise(22), "Which colours?", logprobs=3))
+        other_image = restarted.generate(ask(noise(23), logprobs=3))
+        assert idle_and_freed(wait_for(restarted, idle_and_freed))
+    # The whole prompt but its last token, image included, came from disk.
+    assert same.usage.cached_prompt_tokens == same.usage.prompt_tokens - 1
+    agree_up_to_a_tie(cold, same, TIE_NATS)
+    assert other_question.usage.cached_prompt_tokens >= image_end
+    # Another picture in the same place keeps at most the text before it.
+    assert other_image.usage.cached_prompt_tokens <= image_end - cold.usage.prompt_image_tokens
 
 
 def test_text_engine_refuses_images(engine: Engine) -> None:

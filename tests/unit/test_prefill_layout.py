@@ -251,6 +251,37 @@ def test_an_identical_prompt_takes_all_but_the_last_token() -> None:
     assert twin.n_reused == 99 and leader.slot.exact == 99
 
 
+def test_followers_take_a_shared_image_whole_and_never_evaluate_it() -> None:
+    scheduler = Scheduler(n_seq_max=4, n_batch=512, layout=BLOCK)
+    img, other_img = -9, -10
+    head = list(range(1, 41))  # then a 100-position image at 40
+    leader = scheduler.admit("a", [*head, *[img] * 100, 500, 501], {40: 100})
+    b = scheduler.admit("b", [*head, *[img] * 100, 600], {40: 100})
+    # Another image in the same place: only the text before it is shared, too little to wait.
+    c = scheduler.admit("c", [*head, *[other_img] * 100, 700], {40: 100})
+    assert (b.leader, b.share_until) == (leader, 140)  # the image's end, past the last edge
+    assert c.leader is None
+    images, joins = [], []
+    for _ in range(6):
+        plan = scheduler.plan()
+        scheduler.decoded(plan)
+        joins += [(j.source, j.target, j.n_tokens) for j in plan.joins]
+        if plan.image is not None:
+            images.append(plan.image.seq.request_id)
+            scheduler.image_decoded(plan.image)
+    assert sorted(images) == ["a", "c"]  # b took a's image cells
+    assert joins == [(leader.slot, b.slot, 140)] and b.n_reused == 140
+    assert b.slot.cached == b.prompt and scheduler.shared_tokens == 140
+
+
+def test_a_shared_image_is_worth_waiting_for_under_a_block() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
+    img = -9
+    leader = scheduler.admit("a", [*range(1, 9), *[img] * 16, 30, 31], {8: 16})
+    follower = scheduler.admit("b", [*range(1, 9), *[img] * 16, 40], {8: 16})
+    assert (follower.leader, follower.share_until) == (leader, 24)
+
+
 def test_a_short_overlap_is_read_by_each() -> None:
     scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=BLOCK)
     scheduler.admit("a", [*range(1, 50), 7])

@@ -54,7 +54,8 @@ class CachedPrefix:
 
 
 def _tokens_hash(tokens: Sequence[int]) -> str:
-    return hashlib.sha256(array("i", tokens).tobytes()).hexdigest()[:32]
+    # 64-bit: a prompt with images holds their keys, negative numbers up to 2**62.
+    return hashlib.sha256(array("q", tokens).tobytes()).hexdigest()[:32]
 
 
 class PromptDiskCache:

@@ -1,12 +1,15 @@
 """The prompt cache on disk, applied to a generation context: long prompts' KV states saved after
 they are read, and restored into a new request's slot when they share a longer prefix with its
-prompt than any slot does. The files themselves (naming, checks, size cap) are
-``disk_store.py``'s."""
+prompt than any slot does. Prompts with images are saved too: an image's positions hold a key
+naming its pixels, so a saved image is restored only into the same image in the same place,
+and the projector is part of what a saved state depends on. The files themselves (naming,
+checks, size cap) are ``disk_store.py``'s."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 from ..batch import LEAD_PARTS, PrefillLayout
 from ..config import EngineConfig
@@ -20,7 +23,7 @@ log = logging.getLogger("llamacpp_integrations.engine")
 
 def state_identity(model: LoadedModel, config: EngineConfig) -> str:
     """What a saved state depends on: the weights, and the settings that shape the KV cells
-    (their types, layout, adapters and RoPE)."""
+    (their types, layout, adapters, RoPE, and the projector that turns images into them)."""
     parts = {
         "file": str(model.path.name),
         "size": model.size_bytes,
@@ -34,8 +37,18 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
         # Where a prompt's chunks end decides which saved cells are exactly a cold read's.
         "prefill": [config.prefill_block_size, LEAD_PARTS],
+        "mmproj": _file_identity(config.mmproj),
     }
     return repr(sorted(parts.items()))
+
+
+def _file_identity(path: str | None) -> tuple[str, int] | None:
+    if path is None:
+        return None
+    try:
+        return os.path.basename(path), os.path.getsize(path)
+    except OSError:
+        return os.path.basename(path), -1
 
 
 class SavedPrompts:
@@ -57,10 +70,12 @@ class SavedPrompts:
         prompt: Sequence[int],
         n_reused: int,
         layout: PrefillLayout,
+        image_spans: Mapping[int, int],
     ) -> int | None:
         """Put a saved prompt into the sequence when it keeps a longer prefix of ``prompt``
-        (as far as ``layout`` lets a prompt keep cells) than the ``n_reused`` tokens its cells
-        already give.
+        (as far as ``layout`` lets a prompt keep cells, images whole) than the ``n_reused``
+        tokens its cells already give. ``image_spans``: the prompt's images, start ->
+        positions.
 
         Returns how many prompt tokens the sequence now holds: ``n_reused`` when nothing better
         was saved (the cells are untouched), more after a restore, or ``None`` when a restore
@@ -73,7 +88,9 @@ class SavedPrompts:
             return n_reused
         # A saved state holds a whole prompt, read in the layout up to its last token.
         saved = len(found.tokens)
-        n = layout.kept(found.n_shared, len(prompt), {}, exact=saved - 1, cached_prompt=saved)
+        n = layout.kept(
+            found.n_shared, len(prompt), image_spans, exact=saved - 1, cached_prompt=saved
+        )
         if n <= n_reused:
             return n_reused
         state = self.files.load(found)
@@ -91,6 +108,6 @@ class SavedPrompts:
         """Save the cells of sequences that just read a long prompt not saved yet, given as
         ``(seq_id, prompt)`` pairs whose cells hold exactly that prompt."""
         for seq_id, prompt in read:
-            if any(t < 0 for t in prompt) or self.files.has(prompt):
+            if self.files.has(prompt):
                 continue
             self.files.save(prompt, context.seq_state(seq_id))

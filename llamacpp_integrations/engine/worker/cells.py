@@ -94,16 +94,21 @@ class SequenceCells:
         lo, hi = self._context.pos_range(seq_id)
         return 0 if hi < 0 else hi - lo + 1
 
-    def take_prefix(self, seq: SeqState, *, from_disk: bool) -> None:
+    def take_prefix(self, seq: SeqState) -> None:
         """Give a newly admitted sequence the cells of its reusable prefix (as the scheduler
-        chose it), or a longer one from the disk cache when ``from_disk``; where that fails,
-        the sequence starts empty and evaluates its whole prompt."""
+        chose it), or a longer one from the disk cache; where that fails, the sequence starts
+        empty and evaluates its whole prompt."""
         if not self._keep_prefix(seq):
             self.context.remove(seq.slot.seq_id, 0)
             self._scheduler.forget(seq)
-        if from_disk and self.disk is not None:
+        if self.disk is not None:
             held = self.disk.restore(
-                self.context, seq.slot.seq_id, seq.prompt, seq.n_reused, self._scheduler.layout
+                self.context,
+                seq.slot.seq_id,
+                seq.prompt,
+                seq.n_reused,
+                self._scheduler.layout,
+                seq.image_spans,
             )
             if held is None:
                 self._scheduler.forget(seq)

@@ -200,7 +200,7 @@ class EngineCore:
         media = request.media
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
         seq = self.scheduler.admit(request.request_id, request.prompt_tokens, spans)
-        self.cells.take_prefix(seq, from_disk=media is None)
+        self.cells.take_prefix(seq)
         spec = None
         if self.speculation is not None:
             spec = self.speculation.start(

@@ -160,24 +160,26 @@ class Scheduler:
 
     def _follow(self, seq: SeqState) -> None:
         """Make ``seq`` wait for the request still reading the longest prefix it may keep, if
-        that is more than it holds (text-only prompts, in the aligned layout)."""
+        that gains at least a block, or an image (in the aligned layout). The same image in
+        the same place has the same key, so a follower takes its cells whole (as ``kept``
+        allows) instead of encoding it again, which costs far more than its positions' text."""
         seq.leader, seq.share_until = None, 0
-        if not (self.prefix_sharing and self.layout.aligned) or seq.image_spans:
+        if not (self.prefix_sharing and self.layout.aligned):
             return
-        best, until = None, seq.n_past + self.layout.block - 1
+        best, until = None, seq.n_past
         for other in self.running:
-            if other is seq or other.leader is not None or other.image_spans:
+            if other is seq or other.leader is not None:
                 continue
             if other.status is not SeqStatus.PREFILL:
                 continue  # its prompt's cells exist: admission already kept what it could
             n = self.layout.kept(
                 common_prefix(other.prompt, seq.prompt),
                 len(seq.prompt),
-                {},
+                seq.image_spans,
                 exact=len(other.prompt) - 1,
                 cached_prompt=len(other.prompt),
             )
-            if n > until:
+            if n > until and (n >= seq.n_past + self.layout.block or _gains_image(seq, n)):
                 best, until = other, n
         if best is not None:
             seq.leader, seq.share_until = best, until
@@ -396,3 +398,10 @@ class Scheduler:
     def _resume(self) -> None:
         for seq in self.running:
             seq.paused = False
+
+
+def _gains_image(seq: SeqState, n: int) -> bool:
+    """Whether taking the first ``n`` cells spares ``seq`` encoding one of its images."""
+    return any(
+        seq.n_past <= start and start + n_pos <= n for start, n_pos in seq.image_spans.items()
+    )
