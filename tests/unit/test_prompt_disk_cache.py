@@ -47,6 +47,31 @@ def test_the_longest_shared_prefix_wins(tmp_path: Path) -> None:
     assert found is not None and found.n_shared == 350 and cache.load(found) == b"long"
 
 
+def test_files_another_engine_saves_or_deletes_are_seen_and_headers_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, other = _cache(tmp_path), _cache(tmp_path)
+    assert mine.find(PROMPT) is None
+    other.save(PROMPT, b"theirs")
+    found = mine.find((*PROMPT[:200], 1))
+    assert found is not None and found.n_shared == 200
+    # Many lookups read no header again (the index keeps the tokens).
+    reads = []
+    original = PromptDiskCache._read_tokens
+    monkeypatch.setattr(
+        PromptDiskCache,
+        "_read_tokens",
+        lambda self, path: reads.append(path) or original(self, path),
+    )
+    for n in range(150, 400, 10):
+        assert mine.find((*PROMPT[:n], 1)) is not None
+    assert reads == []
+    found.path.unlink()  # the other engine's cap deleted it
+    time.sleep(0.01)
+    os.utime(tmp_path)  # (the deletion changed the directory's time; make sure of it here)
+    assert mine.find(PROMPT) is None
+
+
 @pytest.mark.parametrize(
     "damage",
     ["truncate", "flip", "garbage", "empty", "other-model"],

@@ -14,6 +14,10 @@ replace one copy with an identical one. The directory is kept under ``max_bytes`
 least recently used files (a hit touches its file). A file that is truncated, corrupt, or of
 another model is ignored with a warning and deleted; it never fails a request.
 
+Finding the saved prompt that shares the longest prefix with a new one does not read or compare
+every file: the tokens of the files seen so far sit in a ``PrefixIndex``, brought up to date
+from the directory when it changed (another engine may save into it too).
+
 Pure: file handling only, no llama.cpp.
 """
 
@@ -32,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..batch import common_prefix
+from ..prefix_index import PrefixIndex
 
 __all__ = ["CachedPrefix", "PromptDiskCache"]
 
@@ -69,8 +73,9 @@ class PromptDiskCache:
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
         self._prefix = hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:16]
-        # Tokens of the files read so far, by name: headers are read once per file.
-        self._known: dict[str, tuple[int, ...]] = {}
+        # Tokens of this model's files read so far, by name: headers are read once per file.
+        self._index: PrefixIndex[str] = PrefixIndex()
+        self._seen: tuple[int, float] | None = None  # the directory's mtime, and when looked
 
     def path_for(self, tokens: Sequence[int]) -> Path:
         return self.directory / f"{self._prefix}-{_tokens_hash(tokens)}{_SUFFIX}"
@@ -103,7 +108,7 @@ class PromptDiskCache:
         except OSError as error:
             log.warning("prompt cache: could not save %s: %s", path.name, error)
             return None
-        self._known[path.name] = tuple(tokens)
+        self._index.add(path.name, tokens)
         self.evict()
         return path
 
@@ -126,7 +131,7 @@ class PromptDiskCache:
                 break
             with contextlib.suppress(OSError):
                 os.unlink(entry)
-            self._known.pop(entry.name, None)
+            self._index.remove(entry.name)
             total -= size
 
     # ---- finding and loading ------------------------------------------------------------
@@ -134,20 +139,32 @@ class PromptDiskCache:
     def find(self, prompt: Sequence[int]) -> CachedPrefix | None:
         """The saved prompt of this model sharing the longest prefix with ``prompt`` (at least
         ``min_tokens``), or None."""
-        best: CachedPrefix | None = None
-        for entry in self._scan():
-            if not entry.name.startswith(self._prefix):
-                continue
-            tokens = self._known.get(entry.name)
-            if tokens is None:
-                tokens = self._read_tokens(entry)
-                if tokens is None:
-                    continue
-                self._known[entry.name] = tokens
-            n = common_prefix(tokens, prompt)
-            if n >= self.min_tokens and (best is None or n > best.n_shared):
-                best = CachedPrefix(entry, tokens, n)
-        return best
+        self._refresh()
+        found = self._index.longest(prompt)
+        if found is None or found.n_shared < self.min_tokens:
+            return None
+        return CachedPrefix(self.directory / found.key, found.tokens, found.n_shared)
+
+    def _refresh(self) -> None:
+        """Index the files saved since the directory was last looked at, and forget the ones
+        deleted: when its modification time changed, or a second has passed (a change within
+        the file system's clock tick leaves the time as it was)."""
+        try:
+            mtime = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            return
+        now = time.monotonic()
+        if self._seen is not None and self._seen[0] == mtime and now - self._seen[1] < 1.0:
+            return
+        self._seen = (mtime, now)
+        names = {entry.name for entry in self._scan() if entry.name.startswith(self._prefix)}
+        known = set(self._index.keys())
+        for name in known - names:
+            self._index.remove(name)
+        for name in names - known:
+            tokens = self._read_tokens(self.directory / name)
+            if tokens is not None:
+                self._index.add(name, tokens)
 
     def load(self, found: CachedPrefix) -> bytes | None:
         """The state bytes of an entry, checked whole; None (the file deleted) when it is
@@ -155,7 +172,7 @@ class PromptDiskCache:
         try:
             data = found.path.read_bytes()
         except OSError:
-            self._known.pop(found.path.name, None)
+            self._index.remove(found.path.name)
             return None
         problem = self._check(data, found.tokens)
         if problem is not None:
@@ -221,7 +238,7 @@ class PromptDiskCache:
 
     def _discard(self, path: Path, why: str) -> None:
         log.warning("prompt cache: ignoring and deleting %s (%s)", path.name, why)
-        self._known.pop(path.name, None)
+        self._index.remove(path.name)
         with contextlib.suppress(OSError):
             os.unlink(path)
 
