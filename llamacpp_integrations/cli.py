@@ -135,6 +135,7 @@ def serve_config(args: argparse.Namespace) -> EngineConfig:
         n_seq_max=args.slots,
         n_ctx_per_seq=args.ctx,
         kv_cells=args.kv_cells,
+        kv_start_cells=args.kv_start_cells,
         kv_unified=args.unified_kv,
         n_threads=args.threads,
         max_queued=args.max_queued,
@@ -214,6 +215,13 @@ def _add_serve(commands: Any) -> None:
         help="one KV cache for every slot: far less memory, answers that may depend on it",
     )
     add("--kv-cells", type=int, default=None, help="cells of the unified KV cache")
+    add(
+        "--kv-start-cells",
+        type=int,
+        default=None,
+        help="cells each sequence's KV stream starts with; streams grow as needed "
+        "(0: the whole context from the start)",
+    )
     add("--threads", type=int, default=None, help="CPU threads (default: every core)")
     add("--max-queued", type=int, default=256, help="requests waiting before 429s")
     add(

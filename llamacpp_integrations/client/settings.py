@@ -230,6 +230,7 @@ if TYPE_CHECKING:
         flash_attention: bool | None = None
         kv_unified: bool | None = None
         kv_cells: int | None = None
+        kv_start_cells: int | None = None
         use_mmap: bool | None = None
         weight_repacking: bool | None = None
         use_mlock: bool | None = None

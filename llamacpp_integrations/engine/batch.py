@@ -48,6 +48,11 @@ class BatchEntry:
     logits_all: bool = False
     first_index: int = -1
 
+    @property
+    def end_pos(self) -> int:
+        """The position after the entry's last token."""
+        return self.start_pos + len(self.tokens)
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share."""

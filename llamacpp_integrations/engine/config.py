@@ -138,8 +138,8 @@ class EngineConfig:
             the idle CPU).
         prefix_sharing: A request whose prompt shares a beginning (of at least one prefill
             block) with one still being read waits for that request's cells and copies them,
-            reading only the rest, instead of reading the shared prefix again (needs the
-            prefill layout: ``prefill_block`` not ``0``; text-only prompts).
+            reading only the rest, instead of reading the shared prefix again, images in it
+            included (needs the prefill layout: ``prefill_block`` not ``0``).
         n_threads: CPU threads for decoding; ``None`` uses every core.
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all, ``0`` for
             none). ``None`` (the default): every layer when llama.cpp was built with a GPU
@@ -164,6 +164,13 @@ class EngineConfig:
         kv_cells: Cells of the unified cache. ``None``: ``n_seq_max * n_ctx_per_seq`` when
             ``n_ctx_per_seq`` is set (every sequence can fill its context at once), else the
             training context reduced to fit ``kv_memory_budget``.
+        kv_start_cells: With a stream per sequence, the cells each stream starts with. A
+            stream grows (doubling, up to ``n_ctx_per_seq``) when a sequence needs more: the
+            context is made again and every sequence's cells are carried over exactly, so
+            growing never changes an answer. ``None`` (the default): all streams together start
+            with the model's training context (at least 512 cells each), about what
+            llama-server's one cache holds; ``0``: every stream starts at ``n_ctx_per_seq``
+            (no growing).
         use_mmap: Map the weights instead of reading them into memory.
         weight_repacking: Let ggml repack weights into CPU-specific layouts (its "extra buffer
             types", AMX included). ``None`` turns it off on CPUs that advertise AMX, where ggml's
@@ -249,6 +256,7 @@ class EngineConfig:
     flash_attention: bool | None = None
     kv_unified: bool = False
     kv_cells: int | None = None
+    kv_start_cells: int | None = None
     use_mmap: bool = True
     weight_repacking: bool | None = None
     use_mlock: bool = False
@@ -292,6 +300,7 @@ class EngineConfig:
             "n_seq_max": self.n_seq_max >= 1,
             "n_ctx_per_seq": self.n_ctx_per_seq is None or self.n_ctx_per_seq >= 0,
             "kv_cells": self.kv_cells is None or self.kv_cells >= 1,
+            "kv_start_cells": self.kv_start_cells is None or self.kv_start_cells >= 0,
             "n_gpu_layers": self.n_gpu_layers is None or self.n_gpu_layers >= -1,
             "kv_memory_budget": self.kv_memory_budget is None or self.kv_memory_budget >= 0,
             "n_batch": self.n_batch >= 8,

@@ -187,8 +187,10 @@ class SlotStats:
 class EngineStats:
     """A snapshot the worker publishes between steps: requests running and waiting, decode
     steps so far, every slot's cache, the speculative drafts verified and accepted so far (see
-    ``EngineConfig.speculative``), and the prompt tokens requests took from the cells of others
-    still reading the same prefix instead of reading them again."""
+    ``EngineConfig.speculative``), the prompt tokens requests took from the cells of others
+    still reading the same prefix instead of reading them again, and how many cells the KV
+    cache has now (streams grow when a sequence needs more, see
+    ``EngineConfig.kv_start_cells``)."""
 
     running: int
     waiting: int
@@ -197,3 +199,4 @@ class EngineStats:
     drafted_tokens: int = 0  # speculative drafts verified so far
     accepted_tokens: int = 0  # of which accepted
     shared_prompt_tokens: int = 0  # prompt tokens requests took from others' cells in flight
+    kv_cells_allocated: int = 0  # the KV cache's cells now, over all sequences (0: not made)

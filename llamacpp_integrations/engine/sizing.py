@@ -37,6 +37,7 @@ __all__ = [
     "estimated_context",
     "host_available_memory",
     "kv_budget",
+    "stream_start_cells",
 ]
 
 KV_MEMORY_SHARE = 0.5
@@ -45,6 +46,9 @@ the rest stays for compute buffers, other engines and the rest of the program.""
 
 CONTEXT_STEP = 256
 """Chosen contexts are multiples of this (llama.cpp pads the KV cache to 256 cells anyway)."""
+
+MIN_START_CELLS = 512
+"""The fewest cells a sequence's KV stream starts with by default (it grows when needed)."""
 
 MIN_CONTEXT = 512
 """The smallest context chosen by default, even when the budget is smaller: a model that
@@ -166,7 +170,8 @@ class ContextChoice:
     """The KV cache layout and the context of one sequence, and why.
 
     Unified, ``n_cells`` cells are shared by ``n_seq_max`` sequences, each using at most
-    ``n_ctx_per_seq``; split, every sequence has ``n_ctx_per_seq`` cells of its own.
+    ``n_ctx_per_seq``; split, every sequence has a stream of its own that starts with
+    ``start_cells`` cells and grows up to ``n_ctx_per_seq`` (``n_cells`` in all at most).
     """
 
     n_ctx_per_seq: int
@@ -176,25 +181,62 @@ class ContextChoice:
     reason: str
     unified: bool
     n_cells: int
+    start_cells: int = 0
+    """Cells of each stream at first (split only; ``0``: ``n_ctx_per_seq`` from the start)."""
+
+    @property
+    def first_stream_cells(self) -> int:
+        """Cells of each sequence's stream when the context is first made (split layout)."""
+        return self.start_cells or self.n_ctx_per_seq
 
     @property
     def kv_bytes(self) -> int | None:
-        """The KV cache of all sequences."""
+        """The KV cache of all sequences, at its largest."""
         if self.kv_bytes_per_cell is None:
             return None
         return self.kv_bytes_per_cell * self.n_cells
 
     def describe(self) -> str:
-        kv = "unknown" if self.kv_bytes is None else f"{self.kv_bytes / 1024**2:.0f} MiB"
+        kv = "unknown" if self.kv_bytes is None else _mib(self.kv_bytes)
         if self.unified:
             return (
                 f"one KV cache of {self.n_cells} cells ({kv}) shared by {self.n_seq_max} "
                 f"sequences, up to {self.n_ctx_per_seq} tokens each ({self.reason})"
             )
-        return (
-            f"context {self.n_ctx_per_seq} tokens x {self.n_seq_max} sequences, KV cache {kv} "
-            f"({self.reason})"
+        start = self.first_stream_cells
+        if start >= self.n_ctx_per_seq:
+            return (
+                f"context {self.n_ctx_per_seq} tokens x {self.n_seq_max} sequences, KV cache "
+                f"{kv} ({self.reason})"
+            )
+        first = (
+            "unknown"
+            if self.kv_bytes_per_cell is None
+            else _mib(self.kv_bytes_per_cell * start * self.n_seq_max)
         )
+        return (
+            f"context {self.n_ctx_per_seq} tokens x {self.n_seq_max} sequences ({self.reason}); "
+            f"KV streams start at {start} cells each ({first}) and grow as needed, up to {kv}"
+        )
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / 1024**2:.0f} MiB"
+
+
+def stream_start_cells(
+    n_ctx_per_seq: int, n_seq_max: int, train: int | None, asked: int | None
+) -> int:
+    """Cells each stream of a split cache starts with: ``asked`` (``0``: the whole context),
+    else the training context spread over the sequences, at least ``MIN_START_CELLS``;
+    ``CONTEXT_STEP`` multiples, never above ``n_ctx_per_seq``."""
+    if asked == 0:
+        return n_ctx_per_seq
+    if asked is None:
+        share = (train or UNKNOWN_TRAINING_CONTEXT) // max(1, n_seq_max)
+        asked = max(MIN_START_CELLS, share)
+    stepped = -(-asked // CONTEXT_STEP) * CONTEXT_STEP
+    return min(n_ctx_per_seq, stepped)
 
 
 def choose_context(
@@ -208,13 +250,15 @@ def choose_context(
     n_ctx_train: int | None = None,
     unified: bool = False,
     cells: int | None = None,
+    stream_start: int | None = None,
 ) -> ContextChoice:
     """The context per sequence: ``requested`` when given (``0``: the training context), else
     the training context (``n_ctx_train``, else the shape's) reduced to fit ``budget_bytes``.
 
-    Split, the budget holds ``n_seq_max`` streams of that context. Unified, it holds one cache
-    of ``cells`` cells when given, else of ``n_seq_max`` times a requested context, else of
-    the training context (fitted to the budget), and a sequence may fill all of it.
+    Split, the budget holds ``n_seq_max`` streams of that context, each starting at
+    ``stream_start`` cells (see ``stream_start_cells``). Unified, it holds one cache of ``cells``
+    cells when given, else of ``n_seq_max`` times a requested context, else of the training
+    context (fitted to the budget), and a sequence may fill all of it.
     """
     train = n_ctx_train or (shape.n_ctx_train if shape is not None else None)
     per_cell = None if shape is None else shape.kv_bytes_per_cell(type_k, type_v)
@@ -230,7 +274,10 @@ def choose_context(
             cells=cells,
         )
     n_ctx, reason = _fitted(train, per_cell, requested, budget_bytes, n_seq_max)
-    return ContextChoice(n_ctx, n_seq_max, per_cell, budget_bytes, reason, False, n_ctx * n_seq_max)
+    start = stream_start_cells(n_ctx, n_seq_max, train, stream_start)
+    return ContextChoice(
+        n_ctx, n_seq_max, per_cell, budget_bytes, reason, False, n_ctx * n_seq_max, start
+    )
 
 
 def _unified_choice(
@@ -300,6 +347,7 @@ def context_for(
         n_ctx_train=info.context_length,
         unified=config.kv_unified,
         cells=config.kv_cells,
+        stream_start=config.kv_start_cells,
     )
 
 

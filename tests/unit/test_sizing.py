@@ -17,6 +17,7 @@ from llamacpp_integrations.engine.sizing import (
     choose_offload,
     context_for,
     kv_budget,
+    stream_start_cells,
 )
 from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.models import read_gguf_info
@@ -84,6 +85,23 @@ def test_context_is_the_training_context_when_it_fits() -> None:
     assert choice.n_ctx_per_seq == 8192
     assert choice.kv_bytes == 8192 * 8 * 23040
     assert "training context" in choice.describe()
+
+
+def test_streams_start_with_the_training_context_spread_over_the_sequences() -> None:
+    choice = choose_context(SHAPE, requested=None, n_seq_max=8, budget_bytes=2 * GiB)
+    # 8 x 1024 cells at first: the training context once, as llama-server's one cache holds.
+    assert (choice.start_cells, choice.first_stream_cells) == (1024, 1024)
+    assert "start at 1024 cells each (180 MiB) and grow as needed, up to 1440 MiB" in (
+        choice.describe()
+    )
+    # Never under 512 cells, in whole steps, never above the context.
+    assert stream_start_cells(8192, 32, 8192, None) == 512
+    assert stream_start_cells(8192, 8, 8192, 700) == 768
+    assert stream_start_cells(1024, 2, 8192, None) == 1024
+    # 0: the whole context from the start, as before streams grew.
+    whole = choose_context(SHAPE, requested=None, n_seq_max=8, budget_bytes=GiB, stream_start=0)
+    assert whole.first_stream_cells == whole.n_ctx_per_seq
+    assert "grow" not in whole.describe()
 
 
 def test_context_is_reduced_to_fit_the_budget_in_whole_steps() -> None:

@@ -7,11 +7,18 @@ found: its slot's cells cut back, a prefix shared from another slot, or a longer
 from the prompt cache on disk. Cells of ended requests and of rejected drafts are dropped, and
 under pressure every idle slot's cells are freed. While the engine idles, finished answers are
 read again block by block (``realign``, planned by ``Scheduler.realign``).
+
+With a stream per sequence, streams start small (``ContextChoice.start_cells``) and grow when
+a sequence needs more cells (``grow``): the context is made again with larger streams and every
+sequence's cells are carried over byte for byte (``llama_state_seq_get_data`` / ``set_data``).
+A stream's size never changes how a sequence's attention is computed (that depends on the cells
+it holds, not on the cells it could hold), so growing never changes an answer.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from ...errors import EngineError, LlamaCppIntegrationError
@@ -45,6 +52,7 @@ class SequenceCells:
         self._scheduler = scheduler
         self._kv = kv
         self._context: GenerationContext | None = None
+        self._stream_cells = kv.n_cells if kv.unified else kv.first_stream_cells
         self.realigning = config.realign_when_idle
         """Whether finished answers are read again while idle (off when configured so, or
         once it failed: not retried on every idle step)."""
@@ -52,8 +60,72 @@ class SequenceCells:
 
     @property
     def n_cells(self) -> int:
-        """Cells of the KV cache, over all sequences."""
-        return self._kv.n_cells
+        """Cells of the KV cache now, over all sequences."""
+        if self._kv.unified:
+            return self._kv.n_cells
+        return self._stream_cells * self._config.n_seq_max
+
+    @property
+    def stream_cells(self) -> int:
+        """Cells one sequence may hold now (unified: the whole cache)."""
+        return self._stream_cells
+
+    def grow(self, cells: int) -> list[int]:
+        """Make room for a sequence of ``cells`` cells: with a stream per sequence, streams
+        doubled until they hold it (at most ``n_ctx_per_seq``), every sequence's cells carried
+        over. Returns the sequences whose cells could not be carried over (emptied).
+
+        Raises:
+            EngineError: the larger context could not be made (the cells stay as they were),
+                or not even the old one again (every sequence is then empty: ``made`` is
+                False).
+        """
+        if self._kv.unified or cells <= self._stream_cells:
+            return []
+        target = self._stream_cells
+        while target < cells:
+            target *= 2
+        target = min(target, self._kv.n_ctx_per_seq)
+        if target <= self._stream_cells:
+            return []
+        old = self._stream_cells
+        if self._context is None:
+            self._stream_cells = target
+            return []
+        started = time.perf_counter()
+        saved = {
+            seq_id: self._context.seq_state(seq_id)
+            for seq_id in range(self._config.n_seq_max)
+            if self.held(seq_id) > 0
+        }
+        self._context.close()
+        self._context = None
+        self._stream_cells = target
+        failure: EngineError | None = None
+        try:
+            context = self.context
+        except EngineError as error:
+            failure = error
+            self._stream_cells = old
+            context = self.context  # raises when even the old size cannot be made again
+        lost = [
+            seq_id for seq_id, state in saved.items() if not context.set_seq_state(seq_id, state)
+        ]
+        if failure is not None:
+            if lost:
+                log.error("KV cells of sequences %s were lost while growing the cache", lost)
+            raise failure
+        per_cell = self._kv.kv_bytes_per_cell
+        size = "" if per_cell is None else f", {per_cell * self.n_cells / 1024**2:.0f} MiB"
+        log.info(
+            "KV streams grew from %d to %d cells each (%d sequences%s) in %.3f s",
+            old,
+            target,
+            self._config.n_seq_max,
+            size,
+            time.perf_counter() - started,
+        )
+        return lost
 
     @property
     def made(self) -> bool:
@@ -72,7 +144,7 @@ class SequenceCells:
             try:
                 self._context = GenerationContext(
                     self._model,
-                    n_cells=self._kv.n_cells,
+                    n_cells=self.n_cells,
                     n_seq_max=config.n_seq_max,
                     n_batch=config.n_batch,
                     n_threads=config.threads,
@@ -82,7 +154,8 @@ class SequenceCells:
                 )
             except LlamaCppIntegrationError as error:
                 raise EngineError(
-                    f"could not create the generation context ({self._kv.describe()}): "
+                    f"could not create the generation context of {self.n_cells} cells "
+                    f"({self._kv.describe()}): "
                     f"{error}; lower n_seq_max, n_ctx_per_seq or kv_cells"
                 ) from error
         return self._context

@@ -43,6 +43,7 @@ from .cells import SequenceCells
 from .inbox import Inbox
 from .logprobs import LogprobComputer
 from .requests import PreparedRequest
+from .room import cells_needed, cells_to, drop_ended
 from .scheduler import Scheduler
 from .sequences import ImageStep, SeqState, SeqStatus, StepPlan
 from .stats import StatsBoard, snapshot
@@ -198,6 +199,13 @@ class EngineCore:
             request.refuse(error)
             return
         media = request.media
+        try:
+            # Room for the whole prompt now: a restore from disk needs it at once.
+            self._grow(cells_to(request, len(request.prompt_tokens)))
+        except EngineError as error:
+            error.request_id = request.request_id
+            request.refuse(error)
+            return
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
         seq = self.scheduler.admit(request.request_id, request.prompt_tokens, spans)
         self.cells.take_prefix(seq)
@@ -215,11 +223,65 @@ class EngineCore:
 
     def _step(self) -> None:
         plan = self.scheduler.plan(self._drafts())
+        self._fit(plan)
         self.cells.join(plan.joins)
         if plan.entries:
             self._decode_text(plan)
         if plan.image is not None:
             self._decode_image(plan.image)
+
+    def _fit(self, plan: StepPlan) -> None:
+        """Grow the KV streams if a sequence of the plan needs more cells than they hold. If
+        they cannot grow, the requests that needed it end with ``KVCacheFullError``; requests
+        whose cells were lost end with ``EngineError``, and so do followers that were to copy
+        lost cells; all of them leave the plan."""
+        needs = cells_needed(plan, {r: a.prepared for r, a in self.active.items()})
+        if not needs or max(needs.values()) <= self.cells.stream_cells:
+            return
+        try:
+            gone = self._grow(max(needs.values()))
+        except EngineError as error:
+            gone = set() if self.cells.made else set(range(self.config.n_seq_max))
+            for request_id, cells in needs.items():
+                active = self.active.get(request_id)
+                if active is not None and cells > self.cells.stream_cells:
+                    gone.add(active.seq.slot.seq_id)
+                    full = KVCacheFullError(
+                        f"the KV cache could not grow to {cells} cells per sequence: {error}"
+                    )
+                    self._finish(active, "error", error=full)
+        for join in plan.joins:
+            if join.source.seq_id in gone:
+                self._lose({join.target.seq_id}, EngineError("the prefix it was to copy was lost"))
+        plan.joins = [j for j in plan.joins if j.source.seq_id not in gone and j.target.busy]
+        drop_ended(plan, set(self.active))
+
+    def _grow(self, cells: int) -> set[int]:
+        """``SequenceCells.grow``; the requests whose cells it lost end with an error. The
+        sequences whose cells were lost.
+
+        Raises:
+            EngineError: the streams could not grow (if not even the old context came back,
+                every request ended).
+        """
+        try:
+            lost = set(self.cells.grow(cells))
+        except EngineError as error:
+            if not self.cells.made:  # every cell is gone
+                self._lose(set(range(self.config.n_seq_max)), error)
+            raise
+        if lost:
+            self._lose(lost, EngineError("its KV cells were lost while the cache grew"))
+        return lost
+
+    def _lose(self, seq_ids: set[int], error: EngineError) -> None:
+        """The cells of ``seq_ids`` are gone: idle slots forget them, requests end."""
+        for slot in self.scheduler.slots:
+            if slot.seq_id in seq_ids and not slot.busy:
+                self.scheduler.abandon(slot)
+        for active in list(self.active.values()):
+            if active.seq.slot.seq_id in seq_ids:
+                self._finish(active, "error", error=EngineError(str(error)))
 
     def _decode_text(self, plan: StepPlan) -> None:
         """Decode the plan's groups in turn, sampling each before the next overwrites the
@@ -420,7 +482,8 @@ class EngineCore:
         keep = reason in ("stop", "length")
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
-            self.context.remove(active.seq.slot.seq_id, 0)
+            if self.cells.made:
+                self.context.remove(active.seq.slot.seq_id, 0)
             if self.speculation is not None:
                 self.speculation.forget(active.seq.slot.seq_id)
         active.sampler.close()
