@@ -193,19 +193,15 @@ class EngineCore:
             )
             return
         try:
+            # Room for the whole prompt now (a restore from disk needs it at once); before the
+            # context is first made, this only sizes it.
+            self._grow(cells_to(request, len(request.prompt_tokens)))
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except EngineError as error:
             error.request_id = request.request_id
             request.refuse(error)
             return
         media = request.media
-        try:
-            # Room for the whole prompt now: a restore from disk needs it at once.
-            self._grow(cells_to(request, len(request.prompt_tokens)))
-        except EngineError as error:
-            error.request_id = request.request_id
-            request.refuse(error)
-            return
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
         seq = self.scheduler.admit(request.request_id, request.prompt_tokens, spans)
         self.cells.take_prefix(seq)
