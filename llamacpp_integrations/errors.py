@@ -219,9 +219,11 @@ class EngineError(_PartialResultError):
 
 
 class KVCacheFullError(EngineError):
-    """A unified KV cache had no cell left for this request's next token while running
-    requests held them all: it ends here (the newest answer is the one ended), the others go
-    on. A larger ``kv_cells`` or a smaller ``n_seq_max`` avoids it."""
+    """The KV cache had no room for this request's next tokens: a unified cache whose cells
+    running requests held all (the newest answer is the one ended; a larger ``kv_cells`` or a
+    smaller ``n_seq_max`` avoids it), or a sequence's stream that could not grow for lack of
+    memory (a smaller ``n_ctx_per_seq`` or ``n_seq_max`` avoids it). It ends here; the others
+    go on."""
 
 
 class OutputTruncatedError(_PartialResultError):

@@ -12,11 +12,22 @@ the point; see ``docs/reproducibility.md``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from llamacpp_integrations.engine import ChatMessage, ChatRequest, Completion, Engine, EngineConfig
+from llamacpp_integrations.engine import (
+    ChatMessage,
+    ChatRequest,
+    Completion,
+    CompletionRequest,
+    Engine,
+    EngineConfig,
+)
+from llamacpp_integrations.engine.worker import cells as cells_module
+from llamacpp_integrations.errors import EngineError, KVCacheFullError, ModelLoadError
 
 from .helpers import GREEDY, idle_and_freed, wait_for
 
@@ -110,3 +121,59 @@ def test_streams_never_grow_past_the_context(smollm_path: Path) -> None:
         assert answer.finish_reason == "length"
         assert answer.usage.prompt_tokens + answer.usage.completion_tokens == 1024
         assert engine.stats().kv_cells_allocated == 2 * 1024
+
+
+def test_a_stream_that_cannot_grow_ends_only_the_request_that_needed_it(
+    smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Growing fails as it would for lack of memory: the request that needed the room gets a
+    typed error, every other sequence keeps its cells, and the engine serves on."""
+    made = cells_module.GenerationContext
+
+    def at_most_256_cells_each(model: Any, *, n_cells: int, **kwargs: Any) -> Any:
+        if n_cells > 3 * 256:
+            raise ModelLoadError(str(model.path), "not enough memory (simulated)")
+        return made(model, n_cells=n_cells, **kwargs)
+
+    monkeypatch.setattr(cells_module, "GenerationContext", at_most_256_cells_each)
+    # Three sequences: the short chat's slot stays its own while two others run.
+    with Engine(replace(config(smollm_path, 256), n_seq_max=3)) as engine:
+        short = engine.generate(again(SHORT))
+        with pytest.raises(EngineError, match="could not create the generation context"):
+            engine.generate(again(LONG))  # refused when admitted: its prompt does not fit
+        writer = engine.submit(again(WRITES_ON))  # outgrows its stream while answering
+        beside = engine.submit(chat("What do bees make?"))
+        with pytest.raises(KVCacheFullError, match="could not grow"):
+            writer.result()
+        assert beside.result().finish_reason in ("stop", "length")
+        repeat = engine.generate(again(SHORT))  # its cells survived both attempts
+        assert repeat.usage.cached_prompt_tokens == repeat.usage.prompt_tokens - 1
+        assert engine.stats().kv_cells_allocated == 3 * 256
+        assert idle_and_freed(wait_for(engine, idle_and_freed))
+    assert short.token_ids == repeat.token_ids
+
+
+def test_a_saved_prompt_longer_than_the_stream_is_restored(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    """A state on disk is taken whole, then cut back: the stream grows to hold all of it even
+    when the new prompt alone would fit a smaller one."""
+
+    def engine(start: int) -> Engine:
+        return Engine(
+            replace(
+                config(smollm_path, start),
+                prompt_cache_dir=str(tmp_path),
+                prompt_cache_min_tokens=64,
+            )
+        )
+
+    with engine(0) as first:
+        saved = first.generate(CompletionRequest(prompt=RULES, max_tokens=2, sampling=GREEDY))
+    assert saved.usage.prompt_tokens > 512
+    with engine(256) as second:
+        shorter = RULES[: len(RULES) * 2 // 5]  # about 280 tokens: a stream of 512 holds it
+        answer = second.generate(CompletionRequest(prompt=shorter, max_tokens=2, sampling=GREEDY))
+        assert second.stats().kv_cells_allocated >= 2 * saved.usage.prompt_tokens
+    # Restored and cut back to a block edge (without room for the whole state: nothing).
+    assert answer.usage.cached_prompt_tokens >= answer.usage.prompt_tokens - 2 * 64

@@ -63,6 +63,14 @@ class SavedPrompts:
             min_tokens=config.prompt_cache_min_tokens,
         )
 
+    def saved_length(self, prompt: Sequence[int]) -> int:
+        """The length of the saved prompt ``restore`` would consider for ``prompt`` (``0``:
+        none): a sequence's stream must hold all of it to take the state."""
+        if len(prompt) <= self.files.min_tokens:
+            return 0
+        found = self.files.find(prompt)
+        return 0 if found is None else len(found.tokens)
+
     def restore(
         self,
         context: GenerationContext,

@@ -167,6 +167,11 @@ class SequenceCells:
         lo, hi = self._context.pos_range(seq_id)
         return 0 if hi < 0 else hi - lo + 1
 
+    def saved_length(self, prompt: Sequence[int]) -> int:
+        """How long a saved prompt ``take_prefix`` might restore for ``prompt`` is (``0``:
+        none, or no disk cache): the stream must hold it whole to take it."""
+        return 0 if self.disk is None else self.disk.saved_length(prompt)
+
     def take_prefix(self, seq: SeqState) -> None:
         """Give a newly admitted sequence the cells of its reusable prefix (as the scheduler
         chose it), or a longer one from the disk cache; where that fails, the sequence starts

@@ -193,9 +193,11 @@ class EngineCore:
             )
             return
         try:
-            # Room for the whole prompt now (a restore from disk needs it at once); before the
-            # context is first made, this only sizes it.
-            self._grow(cells_to(request, len(request.prompt_tokens)))
+            # Room for the whole prompt now, and for a saved prompt it may restore from disk
+            # (a state is taken whole, then cut back); before the context is first made, this
+            # only sizes it.
+            prompt = request.prompt_tokens
+            self._grow(max(cells_to(request, len(prompt)), self.cells.saved_length(prompt)))
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except EngineError as error:
             error.request_id = request.request_id
