@@ -82,7 +82,7 @@ class SequenceCells:
         """
         if self._kv.unified or cells <= self._stream_cells:
             return []
-        target = self._stream_cells
+        target = max(1, self._stream_cells)
         while target < cells:
             target *= 2
         target = min(target, self._kv.n_ctx_per_seq)
