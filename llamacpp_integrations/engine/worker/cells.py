@@ -70,6 +70,11 @@ class SequenceCells:
         """Cells one sequence may hold now (unified: the whole cache)."""
         return self._stream_cells
 
+    @property
+    def can_grow(self) -> bool:
+        """Whether the streams may still grow: one per sequence, not yet ``n_ctx_per_seq``."""
+        return not self._kv.unified and self._stream_cells < self._kv.n_ctx_per_seq
+
     def grow(self, cells: int) -> list[int]:
         """Make room for a sequence of ``cells`` cells: with a stream per sequence, streams
         doubled until they hold it (at most ``n_ctx_per_seq``), every sequence's cells carried
@@ -80,14 +85,12 @@ class SequenceCells:
                 or not even the old one again (every sequence is then empty: ``made`` is
                 False).
         """
-        if self._kv.unified or cells <= self._stream_cells:
+        if not self.can_grow or cells <= self._stream_cells:
             return []
         target = max(1, self._stream_cells)
         while target < cells:
             target *= 2
-        target = min(target, self._kv.n_ctx_per_seq)
-        if target <= self._stream_cells:
-            return []
+        target = min(target, self._kv.n_ctx_per_seq)  # above the streams: they could grow
         old = self._stream_cells
         if self._context is None:
             self._stream_cells = target
@@ -169,8 +172,11 @@ class SequenceCells:
 
     def saved_length(self, prompt: Sequence[int]) -> int:
         """How long a saved prompt ``take_prefix`` might restore for ``prompt`` is (``0``:
-        none, or no disk cache): the stream must hold it whole to take it."""
-        return 0 if self.disk is None else self.disk.saved_length(prompt)
+        none, no disk cache, or streams that cannot grow, so need not know): the stream must
+        hold it whole to take it."""
+        if self.disk is None or not self.can_grow:
+            return 0
+        return self.disk.saved_length(prompt)
 
     def take_prefix(self, seq: SeqState) -> None:
         """Give a newly admitted sequence the cells of its reusable prefix (as the scheduler

@@ -233,6 +233,8 @@ class EngineCore:
         they cannot grow, the requests that needed it end with ``KVCacheFullError``; requests
         whose cells were lost end with ``EngineError``, and so do followers that were to copy
         lost cells; all of them leave the plan."""
+        if not self.cells.can_grow:  # the usual case once streams are whole: no work per step
+            return
         needs = cells_needed(plan, {r: a.prepared for r, a in self.active.items()})
         if not needs or max(needs.values()) <= self.cells.stream_cells:
             return
