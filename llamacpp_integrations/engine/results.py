@@ -188,9 +188,10 @@ class EngineStats:
     """A snapshot the worker publishes between steps: requests running and waiting, decode
     steps so far, every slot's cache, the speculative drafts verified and accepted so far (see
     ``EngineConfig.speculative``), the prompt tokens requests took from the cells of others
-    still reading the same prefix instead of reading them again, and how many cells the KV
+    still reading the same prefix instead of reading them again, how many cells the KV
     cache has now (streams grow when a sequence needs more, see
-    ``EngineConfig.kv_start_cells``)."""
+    ``EngineConfig.kv_start_cells``), and how many idle cached tokens were dropped to make
+    room for running requests (in a unified cache, least recently used block first)."""
 
     running: int
     waiting: int
@@ -200,3 +201,4 @@ class EngineStats:
     accepted_tokens: int = 0  # of which accepted
     shared_prompt_tokens: int = 0  # prompt tokens requests took from others' cells in flight
     kv_cells_allocated: int = 0  # the KV cache's cells now, over all sequences (0: not made)
+    evicted_cached_tokens: int = 0  # idle cached tokens dropped for room, oldest blocks first

@@ -95,7 +95,7 @@ def test_an_image_is_reused_whole_or_not_at_all() -> None:
     scheduler = Scheduler(n_seq_max=2, n_batch=64)
     img = -9
     first = scheduler.admit("a", [1, img, img, 2, 3], {1: 2})
-    first.slot.cached[:] = [1, img, img, 2, 3]
+    first.slot.hold([1, img, img, 2, 3])
     _finish(scheduler)
     # A prompt that ends inside the same image (only reuse up to its last token is allowed)
     # starts again from the image's first position.
@@ -151,3 +151,42 @@ def test_beside_generating_streams_a_step_reads_a_bounded_part_of_the_prompts() 
     scheduler.admit("b", list(range(2000, 2400)))
     plan = scheduler.plan()
     assert [(s.request_id, len(e.tokens)) for s, e in plan.entries] == [("a", 1), ("b", 128)]
+
+
+def _served(scheduler: Scheduler, request_id: str, prompt: list[int]) -> None:
+    """Admit a request, read its prompt, and end it with its cells kept."""
+    seq = scheduler.admit(request_id, prompt)
+    while seq.status is SeqStatus.PREFILL:
+        scheduler.decoded(scheduler.plan())
+    scheduler.release(seq, keep_cache=True)
+
+
+def test_eviction_drops_the_oldest_idle_blocks_and_keeps_a_prefix_just_reused() -> None:
+    scheduler = Scheduler(n_seq_max=3, n_batch=512)
+    system = list(range(1000, 1064))
+    _served(scheduler, "old", list(range(2000, 2064)))
+    _served(scheduler, "hot", [*system, 1, 2, 3])
+    running = scheduler.admit("new", [*system, 7, 8, 9])  # keeps the system prompt's cells
+    assert running.n_reused == 64
+    old = next(slot for slot in scheduler.slots if slot.cached[:1] == [2000])
+    cuts = scheduler.evict(32)
+    assert cuts == {old.seq_id: 32} and len(old.cached) == 32
+    assert scheduler.evicted_tokens == 32
+    # What the running request holds is never dropped, however much is asked.
+    scheduler.evict(10_000)
+    assert not old.cached
+    hot = next(slot for slot in scheduler.slots if slot not in (old, running.slot))
+    assert list(hot.cached[:64]) == system
+    assert list(running.slot.cached) == system
+
+
+def test_eviction_keeps_the_blocks_a_prompt_being_read_will_take() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=16)
+    _served(scheduler, "cached", list(range(300, 364)))
+    # A prompt that starts with those cells but is admitted into the other slot is still
+    # reading; the idle slot's blocks it shares are pinned.
+    reader = scheduler.admit("reader", [*range(300, 348), *range(900, 1000)])
+    assert reader.n_reused == 48 and reader.status is SeqStatus.PREFILL
+    scheduler.evict(10_000)
+    held = [slot for slot in scheduler.slots if not slot.busy]
+    assert [list(slot.cached) for slot in held] == [list(range(300, 348))]

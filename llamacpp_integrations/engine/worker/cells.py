@@ -5,8 +5,9 @@ applies it to the cells themselves. The generation context is made on first use,
 that only embeds never allocates one. A new request keeps the reusable prefix the scheduler
 found: its slot's cells cut back, a prefix shared from another slot, or a longer prefix restored
 from the prompt cache on disk. Cells of ended requests and of rejected drafts are dropped, and
-under pressure every idle slot's cells are freed. While the engine idles, finished answers are
-read again block by block (``realign``, planned by ``Scheduler.realign``).
+under pressure idle slots' cells are freed, least recently used block first. While the engine
+idles, finished answers are read again block by block (``realign``, planned by
+``Scheduler.realign``).
 
 With a stream per sequence, streams start small (``ContextChoice.start_cells``) and grow when
 a sequence needs more cells (``grow``): the context is made again with larger streams and every
@@ -257,6 +258,16 @@ class SequenceCells:
             return False
         self._scheduler.realigned(step)
         return True
+
+    def evict(self, n_tokens: int) -> bool:
+        """Free about ``n_tokens`` cells of idle slots, least recently used block first
+        (``Scheduler.evict``); whether any went."""
+        if self._context is None:
+            return False
+        cuts = self._scheduler.evict(n_tokens)
+        for seq_id, start in cuts.items():
+            self._context.remove(seq_id, start)
+        return bool(cuts)
 
     def drop_idle(self) -> list[int]:
         """Free the cells of every slot no request holds; the sequence ids freed."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import cached_property, partial
 
 from ...errors import (
@@ -296,8 +297,8 @@ class EngineCore:
         try:
             status = decode()
             if status == DecodeStatus.NO_KV_SLOT:
-                self.drop_idle_caches()
-                status = decode()
+                needed = sum(len(plan.entries[index][1].tokens) for index in group)
+                status = self._retry_with_room(decode, needed)
             while status == DecodeStatus.NO_KV_SLOT and group:
                 group = self._make_room(plan, group)
                 status = decode()
@@ -325,6 +326,20 @@ class EngineCore:
         if read_prompt:
             # After sampling, so the first token is not held up by the write.
             self.cells.save_prompts([seq for seq in read_prompt if seq.request_id in self.active])
+
+    def _retry_with_room(self, decode: Callable[[], int], needed: int) -> int:
+        """After a decode found no room for ``needed`` cells: free idle cached cells, least
+        recently used block first, and decode again, until it fits or none are left (then
+        every idle slot's cells go, in case a few partial blocks were what it lacked). The
+        last status."""
+        status = DecodeStatus.NO_KV_SLOT
+        while status == DecodeStatus.NO_KV_SLOT and self.cells.evict(needed):
+            self.publish()
+            status = decode()
+        if status == DecodeStatus.NO_KV_SLOT:
+            self.drop_idle_caches()
+            status = decode()
+        return status
 
     def _make_room(self, plan: StepPlan, group: list[int]) -> list[int]:
         """The unified cache has no room for the group even with idle cells freed: one of its
@@ -355,13 +370,15 @@ class EngineCore:
         assert self.vision is not None and media is not None
         span = media.spans[step.start]
         seq_id = step.seq.slot.seq_id
-        code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
-        if code == DecodeStatus.NO_KV_SLOT:
-            # Out of cells: drop what idle slots cache (and any part of the image that got
-            # in), then try once more.
+        def evaluate() -> int:
+            assert self.vision is not None
+            # Whatever part of the image got in before the cache ran out goes first.
             self.context.remove(seq_id, step.start)
-            self.drop_idle_caches()
-            code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
+            return self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
+
+        code = evaluate()
+        if code == DecodeStatus.NO_KV_SLOT:
+            code = self._retry_with_room(evaluate, step.n_pos)
         if code != 0:
             why = "no room in the KV cache" if code == DecodeStatus.NO_KV_SLOT else f"code {code}"
             log.error("image evaluation failed: %s", why)

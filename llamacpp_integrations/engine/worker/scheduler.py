@@ -3,9 +3,15 @@
 Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens its cells hold, so a
 new request takes the free slot sharing the longest prefix with its prompt and evaluates only the
 rest, as far as the prefill layout lets it keep cells (``batch.PrefillLayout``: a kept prefix
-never changes an answer). A step holds one token of every generating sequence first (so streams
-keep flowing), then whole prompt chunks of the sequences still reading their prompt, then drafts,
-up to ``n_batch`` tokens in all. A step is one decode, or in deterministic mode one decode per
+never changes an answer). One prefix index (``prefix_index.PrefixIndex``, a trie of token
+blocks) holds what every slot's cells hold, running or idle, and the prompts still being read, so
+admission finds what a prompt shares with all of them in one walk of its blocks. When a unified
+cache runs out of cells, idle cells go least recently used block first (``evict``), never a
+block a running request holds or is reading toward.
+
+A step holds one token of every generating sequence first (so streams keep flowing), then
+whole prompt chunks of the sequences still reading their prompt, then drafts, up to ``n_batch``
+tokens in all. A step is one decode, or in deterministic mode one decode per
 sequence, so that no sequence's rows share a batch with another's.
 
 Requests admitted while another is still reading a prompt that shares their beginning wait
@@ -34,9 +40,13 @@ from collections.abc import Mapping, Sequence
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
+from ..prefix_index import PrefixIndex
 from .sequences import ImageStep, Join, RealignStep, SeqState, SeqStatus, Slot, StepPlan
 
-__all__ = ["Scheduler"]
+__all__ = ["INDEX_BLOCK", "Scheduler"]
+
+# Tokens per level of the prefix index, and so the smallest unit eviction drops.
+INDEX_BLOCK = 16
 
 
 class Scheduler:
@@ -62,7 +72,9 @@ class Scheduler:
         prefix_sharing: bool = True,
         prefill_per_step: int | None = None,
     ) -> None:
-        self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
+        # Slots under their sequence ids, prompts being read under their request ids.
+        self.index: PrefixIndex[int | str] = PrefixIndex(block=INDEX_BLOCK)
+        self.slots = [Slot(seq_id=i, index=self.index) for i in range(n_seq_max)]
         self.n_batch = n_batch
         self.layout = layout or PrefillLayout(0)
         self.deterministic = deterministic
@@ -70,6 +82,7 @@ class Scheduler:
         self.prefill_per_step = prefill_per_step
         self.running: list[SeqState] = []
         self.shared_tokens = 0  # prompt tokens followers took from their leaders' cells
+        self.evicted_tokens = 0  # idle cached tokens dropped to make room
         self._clock = 0
 
     @classmethod
@@ -107,10 +120,11 @@ class Scheduler:
         image_spans = image_spans or {}
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
+        shared = self.index.shared(prompt)
 
         def keeps(slot: Slot) -> int:
             return self.layout.kept(
-                common_prefix(slot.cached, prompt),
+                shared[slot.seq_id],
                 len(prompt),
                 image_spans,
                 exact=slot.exact,
@@ -120,9 +134,8 @@ class Scheduler:
         n_reused, _, source = max(
             ((keeps(s), not s.busy, s) for s in self.slots), key=lambda candidate: candidate[:2]
         )
-        shared = common_prefix(source.cached, prompt)
         # Taking the source over loses nothing when all it holds is a prefix of this prompt.
-        keeps_whole = shared == len(source.cached) or len(free) == 1
+        keeps_whole = shared[source.seq_id] == len(source.cached) or len(free) == 1
         if n_reused > 0 and not source.busy and keeps_whole:
             target, copy_from = source, None
         else:
@@ -132,9 +145,11 @@ class Scheduler:
             if copy_from is None and target is not source:
                 n_reused = 0
         if copy_from is not None:
-            target.cached[:] = source.cached[:n_reused]
+            target.hold(source.cached[:n_reused])
             target.exact, target.prompt_len = source.exact, source.prompt_len
         target.cut(n_reused)
+        if n_reused:
+            self.index.touch(source.seq_id, n_reused)
         target.prompt_len = len(prompt)
         target.busy = True
         self._clock += 1
@@ -149,8 +164,10 @@ class Scheduler:
         )
         if copy_from is not None and copy_from.busy:
             self._shared(seq, n_reused)
-        self._follow(seq)
+        self._follow(seq, shared)
         self.running.append(seq)
+        if seq.n_past < len(prompt):
+            self.index.add(request_id, prompt)  # for later requests to follow
         return seq
 
     def _shared(self, seq: SeqState, n: int) -> None:
@@ -158,14 +175,17 @@ class Scheduler:
         self.shared_tokens += n - seq.n_shared
         seq.n_shared = n
 
-    def _follow(self, seq: SeqState) -> None:
+    def _follow(self, seq: SeqState, shared: Mapping[int | str, int] | None = None) -> None:
         """Make ``seq`` wait for the request still reading the longest prefix it may keep, if
         that gains at least a block, or an image (in the aligned layout). The same image in
         the same place has the same key, so a follower takes its cells whole (as ``kept``
-        allows) instead of encoding it again, which costs far more than its positions' text."""
+        allows) instead of encoding it again, which costs far more than its positions' text.
+        ``shared``: what the index holds in common with its prompt, when already looked up."""
         seq.leader, seq.share_until = None, 0
         if not (self.prefix_sharing and self.layout.aligned):
             return
+        if shared is None:
+            shared = self.index.shared(seq.prompt)
         best, until = None, seq.n_past
         for other in self.running:
             if other is seq or other.leader is not None:
@@ -173,7 +193,7 @@ class Scheduler:
             if other.status is not SeqStatus.PREFILL:
                 continue  # its prompt's cells exist: admission already kept what it could
             n = self.layout.kept(
-                common_prefix(other.prompt, seq.prompt),
+                shared.get(other.request_id, 0),
                 len(seq.prompt),
                 seq.image_spans,
                 exact=len(other.prompt) - 1,
@@ -253,7 +273,7 @@ class Scheduler:
             return True
         if source.exact >= n and common_prefix(source.cached[:n], seq.prompt) == n:
             plan.joins.append(Join(source, seq.slot, n))
-            seq.slot.cached[:] = seq.prompt[:n]
+            seq.slot.hold(seq.prompt[:n])
             seq.slot.exact, seq.slot.unread[:] = n, []
             self._shared(seq, n)
             seq.n_reused, seq.copy_from, seq.leader = n, None, None
@@ -275,15 +295,16 @@ class Scheduler:
                 # The last prompt token is read alone: its cell is not one a longer prompt
                 # would make, so it never counts as exact.
                 slot.exact = min(end, len(seq.prompt) - 1)
-            slot.cached.extend(entry.tokens)
+            slot.extend(entry.tokens)
             if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
                 seq.status = SeqStatus.DECODE
+                self.index.remove(seq.request_id)
             seq.next_token = None
 
     def restored(self, seq: SeqState, n_reused: int) -> None:
         """The slot now holds the first ``n_reused`` prompt tokens, from a saved state (read in
         the prefill layout, and cut where the layout lets this prompt keep them)."""
-        seq.slot.cached[:] = seq.prompt[:n_reused]
+        seq.slot.hold(seq.prompt[:n_reused])
         seq.slot.exact = n_reused
         seq.n_reused = n_reused
         seq.copy_from = None
@@ -299,7 +320,7 @@ class Scheduler:
         slot = step.seq.slot
         if slot.exact == step.start:
             slot.exact = step.start + step.n_pos
-        slot.cached.extend(step.seq.prompt[step.start : step.start + step.n_pos])
+        slot.extend(step.seq.prompt[step.start : step.start + step.n_pos])
 
     def realign(self) -> RealignStep | None:
         """While nothing runs: the next block to read again of a finished answer (see the
@@ -317,7 +338,7 @@ class Scheduler:
                 drop = True
                 target.cut(start)
             else:
-                target.cached[:] = source.cached[:start]
+                target.hold(source.cached[:start])
                 copy_from = source
             target.unread[:] = unread
             target.exact, target.prompt_len = start, 0
@@ -335,7 +356,7 @@ class Scheduler:
     def realigned(self, step: RealignStep) -> None:
         """The block's cells are in the cache, made as a longer prompt's chunk would make them."""
         slot, tokens = step.slot, step.entry.tokens
-        slot.cached.extend(tokens)
+        slot.extend(tokens)
         del slot.unread[: len(tokens)]
         slot.exact = len(slot.cached)
 
@@ -361,17 +382,33 @@ class Scheduler:
     def _holds_exactly(self, tokens: Sequence[int]) -> bool:
         """Whether some slot's exact cells already cover ``tokens``."""
         n = len(tokens)
-        return any(
-            slot.exact >= n and common_prefix(slot.cached, tokens) >= n for slot in self.slots
-        )
+        shared = self.index.shared(tokens)
+        return any(slot.exact >= n and shared[slot.seq_id] >= n for slot in self.slots)
 
     def release(self, seq: SeqState, *, keep_cache: bool) -> None:
         """Free the request's slot; its cells stay for prefix reuse unless ``keep_cache`` is off."""
         self.running.remove(seq)
+        self.index.remove(seq.request_id)
         seq.slot.busy = False
         if not keep_cache:
             seq.slot.cut(0)
         self._resume()  # its cells may be what a paused request waits for
+
+    def evict(self, n_tokens: int) -> dict[int, int]:
+        """Drop about ``n_tokens`` of idle slots' cached tokens, least recently used block
+        first, never a block a running request holds or is reading toward (its cells stay
+        however many idle slots share them). The slots cut, with the position each was cut
+        at; the caller drops their cells from there on."""
+        pinned: set[int | str] = {seq.slot.seq_id for seq in self.running}
+        pinned.update(seq.request_id for seq in self.running)
+        held = {slot.seq_id: len(slot.cached) for slot in self.slots}
+        cuts: dict[int, int] = {}
+        for key, n in self.index.evict(n_tokens, pinned).items():
+            assert isinstance(key, int)  # prompts being read are pinned
+            self.evicted_tokens += held[key] - n
+            self.slots[key].cut(n)
+            cuts[key] = n
+        return cuts
 
     def make_room(self, seqs: Sequence[SeqState]) -> tuple[SeqState, bool]:
         """The cache had no room for a decode of ``seqs`` (idle cells already freed): the one

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..batch import BatchEntry
+from ..prefix_index import PrefixIndex
 
 __all__ = ["ImageStep", "Join", "RealignStep", "SeqState", "SeqStatus", "Slot", "StepPlan"]
 
@@ -19,22 +20,41 @@ class SeqStatus(enum.Enum):
 
 @dataclass
 class Slot:
-    """One KV sequence. ``cached`` is what its cells hold, position by position; the first
-    ``exact`` of them were made by reading a prompt of ``prompt_len`` positions in the prefill
-    layout (what another prompt may keep of them, see ``PrefillLayout.kept``). ``unread``: the
-    tokens an idle slot being realigned has still to read after ``cached``."""
+    """One KV sequence. ``cached`` is what its cells hold, position by position (kept in the
+    scheduler's prefix ``index`` under the slot's ``seq_id``, so that a prompt finds the slots
+    sharing its prefix without comparing it with each); the first ``exact`` of them were made
+    by reading a prompt of ``prompt_len`` positions in the prefill layout (what another prompt
+    may keep of them, see ``PrefillLayout.kept``). ``unread``: the tokens an idle slot being
+    realigned has still to read after ``cached``."""
 
     seq_id: int
-    cached: list[int] = field(default_factory=list)
+    index: PrefixIndex[int | str] = field(default_factory=PrefixIndex, repr=False)
     last_used: int = 0
     busy: bool = False
     exact: int = 0
     prompt_len: int = 0
     unread: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.index.extend(self.seq_id, ())  # listed, holding nothing yet
+
+    @property
+    def cached(self) -> Sequence[int]:
+        """The tokens its cells hold (read-only: change them with ``extend``, ``hold``,
+        ``cut``)."""
+        return self.index.tokens(self.seq_id)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Its cells now also hold ``tokens``, after the ones they held."""
+        self.index.extend(self.seq_id, tokens)
+
+    def hold(self, tokens: Sequence[int]) -> None:
+        """Its cells now hold ``tokens`` (a copy of another slot's prefix, or read anew)."""
+        self.index.add(self.seq_id, tokens)
+
     def cut(self, n: int) -> None:
         """The cells from position ``n`` on are gone (and nothing is left to realign)."""
-        del self.cached[n:]
+        self.index.truncate(self.seq_id, n)
         self.exact = min(self.exact, n)
         self.unread.clear()
 

@@ -43,5 +43,6 @@ def snapshot(
         drafted_tokens=0 if speculation is None else speculation.stats.drafted,
         accepted_tokens=0 if speculation is None else speculation.stats.accepted,
         shared_prompt_tokens=scheduler.shared_tokens,
+        evicted_cached_tokens=scheduler.evicted_tokens,
         kv_cells_allocated=cells.n_cells if cells.made else 0,
     )
