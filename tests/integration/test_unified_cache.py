@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, Engine, EngineConfig
+from llamacpp_integrations.engine.batch import common_prefix
 from llamacpp_integrations.engine.types import new_request_id
 from llamacpp_integrations.errors import KVCacheFullError
 
@@ -126,3 +127,32 @@ def test_a_shared_prefix_is_read_once_in_flight(smollm_path: Path) -> None:
     taken = [a.usage.cached_prompt_tokens for a in answers]
     assert sum(t >= n_prompt - 16 for t in taken) >= n_requests - 1, (n_prompt, taken)
     assert shared == sum(taken)
+
+
+def test_out_of_cells_the_least_recently_used_blocks_go_first(smollm_path: Path) -> None:
+    """A full cache drops idle cells by block, oldest first: a long chat cached long ago loses
+    its tail blocks, a chat cached since keeps every cell, and a new question over its system
+    prompt still takes that prompt from the cache. (Before, every idle cell went at once.)"""
+    config = EngineConfig(
+        model=str(smollm_path), n_seq_max=3, n_ctx_per_seq=1024, kv_cells=1024, kv_unified=True
+    )
+    old = _chat("Which depot opens first?", system="Old list. " + LONG)
+    hot_system = "You answer in one word. " + LONG[:400]
+    hot = _chat("When does depot 2 open?", system=hot_system)
+    big = _chat("Which depot opens last?", system="Other list. " + LONG[:1500])
+    with Engine(config) as engine:
+        n_old, n_hot, n_big = (_n_tokens(engine, r) for r in (old, hot, big))
+        assert n_old + n_hot + 8 < 1024 < n_old + n_hot + n_big, (n_old, n_hot, n_big)
+        engine.generate(old)
+        engine.generate(hot)
+        assert engine.generate(big).finish_reason in ("stop", "length")
+        stats = engine.stats()
+        assert stats.evicted_cached_tokens > 0
+        assert idle_and_freed(stats)  # the cells dropped are the tokens forgotten
+        kept = sorted(slot.cached_tokens for slot in stats.slots)
+        assert any(0 < n < n_old for n in kept), (kept, n_old)  # cut by blocks, not whole
+        follow = _chat("When does depot 5 open?", system=hot_system)
+        again = engine.generate(follow)
+        tokens = [engine.tokenize(engine.render_chat(r), parse_special=True) for r in (hot, follow)]
+    # A unified cache keeps every shared token: all of what the two prompts share.
+    assert again.usage.cached_prompt_tokens == common_prefix(*tokens) > n_hot - 16
