@@ -697,6 +697,31 @@ def shared_prefix_section(found: dict[str, dict[str, Any]], headline: list[str])
     return lines
 
 
+def prefix_lookup_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
+    run = found.get("prefix_lookup")
+    if run is None:
+        return []
+    settings = run["settings"]
+    lines = [
+        "## Finding a cached prefix",
+        "",
+        f"Admitting a {settings['length']:,}-token prompt against slots that each cache "
+        f"{settings['length']:,} tokens sharing its first {settings['shared']:,}: the prefix "
+        "index's lookup against comparing the prompt with every slot, and the index's upkeep "
+        f"while every slot grows a token per step ({where(run)}; best of 20).",
+        "",
+        "| slots | index (ms) | scan (ms) | index / scan | upkeep (µs per token) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in run["rows"]:
+        lines.append(
+            f"| {row['slots']} | {row['index_ms']:.3f} | {row['scan_ms']:.3f} "
+            f"| {row['index_over_scan']:.3f}x | {row['upkeep_us_per_token']:.2f} |"
+        )
+    lines.append("")
+    return lines
+
+
 def fairness_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
     run = found.get("prefill_fairness")
     if run is None:
@@ -740,6 +765,7 @@ def render() -> str:
         *prompt_cache_section(found, headline),
         *reproducibility_section(found, headline),
         *shared_prefix_section(found, headline),
+        *prefix_lookup_section(found, headline),
         *fairness_section(found, headline),
     ]
     page = [
