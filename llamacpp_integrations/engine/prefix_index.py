@@ -10,8 +10,8 @@ comparison per key, however long the sequences are.
 
 Sequences may grow and shrink in place (``extend``, ``truncate``): a running sequence appends
 a token per step, and the trie changes only when a block fills. Every node remembers when it
-was last used (made, or ``touch`` ed by a sequence that kept it); ``evict`` cuts the sequences
-back from the least recently used leaf blocks, never from a block a pinned key passes through.
+was last used (made, or ``touch`` ed by a sequence that kept it); ``evict`` cuts sequences back
+from their least recently used last blocks, never inside a block a pinned key passes through.
 
 Pure: no llama.cpp, no files.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -70,6 +70,9 @@ class PrefixIndex(Generic[K]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._tokens
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(list(self._tokens))
 
     def keys(self) -> list[K]:
         """The stored keys."""
@@ -183,36 +186,42 @@ class PrefixIndex(Generic[K]):
 
     # ---- eviction ---------------------------------------------------------------------------
 
-    def evict(self, n_tokens: int, pinned: Collection[K]) -> dict[K, int]:
-        """Cut sequences back, least recently used leaf block first, until about ``n_tokens``
-        tokens are gone (a block shared by several keys counts once: it is one copy of cells
-        when they share them), or no block is left that no ``pinned`` key passes through.
+    def evict(
+        self,
+        n_tokens: int,
+        *,
+        cuttable: Collection[K],
+        holders: Collection[K],
+        pinned: Collection[K],
+    ) -> dict[K, int]:
+        """Cut ``cuttable`` keys back a block at a time, the one whose last full block was
+        used least recently first, until about ``n_tokens`` tokens are freed, or none is left
+        to cut. A block is freed once no key of ``holders`` passes through it any more (keys
+        may share one copy of a block); a key is never cut inside a block a ``pinned`` key
+        passes through. Keys of neither kind (a saved file's) are neither cut nor counted.
         A key's tokens after its last full block go with that block. Returns the new length
         of every key cut."""
-        order = itertools.count()  # ties: the first found first
-        heap: list[tuple[int, int, int, _Node[K]]] = []
+        order = itertools.count()  # ties: the first offered first
+        heap: list[tuple[int, int, K]] = []
 
-        def offer(node: _Node[K]) -> None:
-            if node is not self._root and not node.children and node.keys.isdisjoint(pinned):
-                heapq.heappush(heap, (node.stamp, -node.depth, next(order), node))
+        def offer(key: K) -> None:
+            path = self._paths[key]
+            if path and path[-1].keys.isdisjoint(pinned):
+                heapq.heappush(heap, (path[-1].stamp, next(order), key))
 
-        stack = [self._root]
-        while stack:
-            node = stack.pop()
-            offer(node)
-            stack.extend(node.children.values())
+        for key in cuttable:
+            if key in self._tokens:
+                offer(key)
         cut: dict[K, int] = {}
         freed = 0
         while heap and freed < n_tokens:
-            node = heapq.heappop(heap)[3]
-            if node.children or not node.keys:
-                continue  # changed since it was offered
+            key = heapq.heappop(heap)[2]
+            node = self._paths[key][-1]
             start = (node.depth - 1) * self.block
-            some_key = next(iter(node.keys))
-            parent = self._paths[some_key][node.depth - 2] if node.depth > 1 else self._root
-            freed += max(len(self._tokens[key]) - start for key in node.keys)
-            for key in list(node.keys):
-                self.truncate(key, start)
-                cut[key] = start
-            offer(parent)
+            n_cut = len(self._tokens[key]) - start
+            self.truncate(key, start)
+            cut[key] = start
+            if node.keys.isdisjoint(holders):
+                freed += n_cut
+            offer(key)
         return cut

@@ -108,9 +108,10 @@ def test_eviction_cuts_the_least_recently_used_blocks_first() -> None:
     index.add("old", [*system, *range(20)])  # 32 tokens: 5 blocks of its own
     index.add("hot", [*system, *range(50, 58), 1])  # 2 blocks of its own and a partial one
     index.touch("hot", 12)  # a request just kept the system prompt from it
-    cut = index.evict(8, pinned=())
-    assert cut == {"old": 24}  # its two last blocks, the oldest leaves
-    cut = index.evict(100, pinned=())
+    keys = ("old", "hot")
+    cut = index.evict(8, cuttable=keys, holders=keys, pinned=())
+    assert cut == {"old": 24}  # its two last blocks, the oldest
+    cut = index.evict(100, cuttable=keys, holders=keys, pinned=())
     # The rest of "old" went, then "hot" back to the shared blocks, then the shared blocks.
     assert cut == {"old": 0, "hot": 0}
     assert index.shared(system) == {"old": 0, "hot": 0}
@@ -123,7 +124,12 @@ def test_eviction_never_cuts_a_block_a_pinned_key_passes_through() -> None:
     index.add("running", [*system, 9, 9, 9, 9])
     index.add("reading", [*range(40, 56)])  # a prompt not read yet: pinned too
     index.add("copy", list(range(40, 48)))  # an idle slot holding the start of that prompt
-    cut = index.evict(1000, pinned=("running", "reading"))
+    cut = index.evict(
+        1000,
+        cuttable=("idle", "copy"),
+        holders=("idle", "copy", "running"),
+        pinned=("running", "reading"),
+    )
     assert cut == {"idle": 12}  # its own block and its partial tail, not the shared ones
     assert list(index.tokens("idle")) == system
     assert list(index.tokens("copy")) == list(range(40, 48))
@@ -135,7 +141,11 @@ def test_a_block_idle_keys_share_counts_once() -> None:
     index.add(2, range(8))
     index.add(3, range(20, 28))
     index.touch(3, 8)  # the newest
-    # Keys 1 and 2 hold one prefix (in a unified cache, often the same cells): one block of
-    # theirs frees about four tokens, so a second block is cut for eight.
-    assert index.evict(8, pinned=()) == {1: 0, 2: 0}
+    index.add(4, range(100, 116))  # a saved file's tokens, say: neither cut nor counted
+    # Keys 1 and 2 hold one prefix (in a unified cache, often the same cells): a block of
+    # theirs is freed once both left it, so eight tokens take both their blocks.
+    keys = (1, 2, 3)
+    assert index.evict(8, cuttable=keys, holders=keys, pinned=()) == {1: 0, 2: 0}
     assert list(index.tokens(3)) == list(range(20, 28))
+    assert index.evict(100, cuttable=keys, holders=keys, pinned=()) == {3: 0}
+    assert len(index.tokens(4)) == 16

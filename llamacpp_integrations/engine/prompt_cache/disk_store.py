@@ -15,8 +15,10 @@ least recently used files (a hit touches its file). A file that is truncated, co
 another model is ignored with a warning and deleted; it never fails a request.
 
 Finding the saved prompt that shares the longest prefix with a new one does not read or compare
-every file: the tokens of the files seen so far sit in a ``PrefixIndex``, brought up to date
-from the directory when it changed (another engine may save into it too).
+every file: the tokens of the files seen so far sit in a ``PrefixIndex`` under ``SavedFile``
+keys (the engine's own index, beside its slots and the prompts being read, so one walk of a
+prompt's blocks finds every tier), brought up to date from the directory when it changed
+(another engine may save into it too).
 
 Pure: file handling only, no llama.cpp.
 """
@@ -32,13 +34,13 @@ import struct
 import tempfile
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..prefix_index import PrefixIndex
 
-__all__ = ["CachedPrefix", "PromptDiskCache"]
+__all__ = ["CachedPrefix", "PromptDiskCache", "SavedFile"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
@@ -46,6 +48,13 @@ _MAGIC = b"LCIPCKV1"
 _HEADER = struct.Struct("<8sQQ")  # magic, JSON length, state length
 _DIGEST = 32
 _SUFFIX = ".kvstate"
+
+
+@dataclass(frozen=True)
+class SavedFile:
+    """A saved prompt's key in a prefix index: its file's name."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -63,10 +72,11 @@ def _tokens_hash(tokens: Sequence[int]) -> str:
 
 
 class PromptDiskCache:
-    """One directory of saved prompt states for one model (``model_id``)."""
+    """One directory of saved prompt states for one model (``model_id``). ``index``: the
+    prefix index to keep the files' tokens in (by default one of its own)."""
 
     def __init__(self, directory: str | os.PathLike[str], model_id: str, *, max_bytes: int,
-                 min_tokens: int) -> None:  # fmt: skip
+                 min_tokens: int, index: PrefixIndex[Hashable] | None = None) -> None:  # fmt: skip
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.model_id = model_id
@@ -74,7 +84,7 @@ class PromptDiskCache:
         self.min_tokens = min_tokens
         self._prefix = hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:16]
         # Tokens of this model's files read so far, by name: headers are read once per file.
-        self._index: PrefixIndex[str] = PrefixIndex()
+        self._index: PrefixIndex[Hashable] = PrefixIndex() if index is None else index
         self._seen: tuple[int, float] | None = None  # the directory's mtime, and when looked
 
     def path_for(self, tokens: Sequence[int]) -> Path:
@@ -108,7 +118,7 @@ class PromptDiskCache:
         except OSError as error:
             log.warning("prompt cache: could not save %s: %s", path.name, error)
             return None
-        self._index.add(path.name, tokens)
+        self._index.add(SavedFile(path.name), tokens)
         self.evict()
         return path
 
@@ -131,21 +141,31 @@ class PromptDiskCache:
                 break
             with contextlib.suppress(OSError):
                 os.unlink(entry)
-            self._index.remove(entry.name)
+            self._index.remove(SavedFile(entry.name))
             total -= size
 
     # ---- finding and loading ------------------------------------------------------------
 
-    def find(self, prompt: Sequence[int]) -> CachedPrefix | None:
+    def find(
+        self, prompt: Sequence[int], shared: Mapping[Hashable, int] | None = None
+    ) -> CachedPrefix | None:
         """The saved prompt of this model sharing the longest prefix with ``prompt`` (at least
-        ``min_tokens``), or None."""
-        self._refresh()
-        found = self._index.longest(prompt)
-        if found is None or found.n_shared < self.min_tokens:
+        ``min_tokens``), or None. ``shared``: the index's ``shared(prompt)``, when the caller
+        looked it up already (after ``refresh``)."""
+        if shared is None:
+            self.refresh()
+            shared = self._index.shared(prompt)
+        found = max(
+            ((n, key) for key, n in shared.items() if isinstance(key, SavedFile)),
+            key=lambda pair: pair[0],
+            default=None,
+        )
+        if found is None or found[0] < max(1, self.min_tokens):
             return None
-        return CachedPrefix(self.directory / found.key, found.tokens, found.n_shared)
+        n_shared, key = found
+        return CachedPrefix(self.directory / key.name, tuple(self._index.tokens(key)), n_shared)
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Index the files saved since the directory was last looked at, and forget the ones
         deleted: when its modification time changed, or a second has passed (a change within
         the file system's clock tick leaves the time as it was)."""
@@ -158,13 +178,13 @@ class PromptDiskCache:
             return
         self._seen = (mtime, now)
         names = {entry.name for entry in self._scan() if entry.name.startswith(self._prefix)}
-        known = set(self._index.keys())
+        known = {key.name for key in self._index if isinstance(key, SavedFile)}
         for name in known - names:
-            self._index.remove(name)
+            self._index.remove(SavedFile(name))
         for name in names - known:
             tokens = self._read_tokens(self.directory / name)
             if tokens is not None:
-                self._index.add(name, tokens)
+                self._index.add(SavedFile(name), tokens)
 
     def load(self, found: CachedPrefix) -> bytes | None:
         """The state bytes of an entry, checked whole; None (the file deleted) when it is
@@ -172,7 +192,7 @@ class PromptDiskCache:
         try:
             data = found.path.read_bytes()
         except OSError:
-            self._index.remove(found.path.name)
+            self._index.remove(SavedFile(found.path.name))
             return None
         problem = self._check(data, found.tokens)
         if problem is not None:
@@ -238,7 +258,7 @@ class PromptDiskCache:
 
     def _discard(self, path: Path, why: str) -> None:
         log.warning("prompt cache: ignoring and deleting %s (%s)", path.name, why)
-        self._index.remove(path.name)
+        self._index.remove(SavedFile(path.name))
         with contextlib.suppress(OSError):
             os.unlink(path)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from ..batch import LEAD_PARTS, PrefillLayout
 from ..config import EngineConfig
 from ..native.runner import GenerationContext, LoadedModel
+from ..prefix_index import PrefixIndex
 from .disk_store import PromptDiskCache
 
 __all__ = ["SavedPrompts", "state_identity"]
@@ -52,23 +53,34 @@ def _file_identity(path: str | None) -> tuple[str, int] | None:
 
 
 class SavedPrompts:
-    """One engine's use of its ``prompt_cache_dir``; runs on the worker thread."""
+    """One engine's use of its ``prompt_cache_dir``; runs on the worker thread. ``index``: the
+    engine's prefix index, where the saved prompts' tokens are kept beside its slots'."""
 
-    def __init__(self, model: LoadedModel, config: EngineConfig) -> None:
+    def __init__(
+        self, model: LoadedModel, config: EngineConfig, index: PrefixIndex[Hashable] | None = None
+    ) -> None:
         assert config.prompt_cache_dir is not None
         self.files = PromptDiskCache(
             config.prompt_cache_dir,
             state_identity(model, config),
             max_bytes=config.prompt_cache_max_bytes,
             min_tokens=config.prompt_cache_min_tokens,
+            index=index,
         )
 
-    def saved_length(self, prompt: Sequence[int]) -> int:
+    def refresh(self) -> None:
+        """Bring the index up to date with the directory (before a lookup)."""
+        self.files.refresh()
+
+    def saved_length(
+        self, prompt: Sequence[int], shared: Mapping[Hashable, int] | None = None
+    ) -> int:
         """The length of the saved prompt ``restore`` would consider for ``prompt`` (``0``:
-        none): a sequence's stream must hold all of it to take the state."""
+        none): a sequence's stream must hold all of it to take the state. ``shared``: the
+        index's lookup of ``prompt``, when done already."""
         if len(prompt) <= self.files.min_tokens:
             return 0
-        found = self.files.find(prompt)
+        found = self.files.find(prompt, shared)
         return 0 if found is None else len(found.tokens)
 
     def restore(
@@ -79,11 +91,12 @@ class SavedPrompts:
         n_reused: int,
         layout: PrefillLayout,
         image_spans: Mapping[int, int],
+        shared: Mapping[Hashable, int] | None = None,
     ) -> int | None:
         """Put a saved prompt into the sequence when it keeps a longer prefix of ``prompt``
         (as far as ``layout`` lets a prompt keep cells, images whole) than the ``n_reused``
         tokens its cells already give. ``image_spans``: the prompt's images, start ->
-        positions.
+        positions; ``shared``: the index's lookup of ``prompt``, when done already.
 
         Returns how many prompt tokens the sequence now holds: ``n_reused`` when nothing better
         was saved (the cells are untouched), more after a restore, or ``None`` when a restore
@@ -91,7 +104,7 @@ class SavedPrompts:
         """
         if len(prompt) <= self.files.min_tokens:
             return n_reused
-        found = self.files.find(prompt)
+        found = self.files.find(prompt, shared)
         if found is None:
             return n_reused
         # A saved state holds a whole prompt, read in the layout up to its last token.

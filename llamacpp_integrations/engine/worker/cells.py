@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from ...errors import EngineError, LlamaCppIntegrationError
 from ..config import EngineConfig
@@ -57,7 +57,9 @@ class SequenceCells:
         self.realigning = config.realign_when_idle
         """Whether finished answers are read again while idle (off when configured so, or
         once it failed: not retried on every idle step)."""
-        self.disk = None if config.prompt_cache_dir is None else SavedPrompts(model, config)
+        self.disk = None
+        if config.prompt_cache_dir is not None:
+            self.disk = SavedPrompts(model, config, index=scheduler.index)
 
     @property
     def n_cells(self) -> int:
@@ -171,18 +173,27 @@ class SequenceCells:
         lo, hi = self._context.pos_range(seq_id)
         return 0 if hi < 0 else hi - lo + 1
 
-    def saved_length(self, prompt: Sequence[int]) -> int:
+    def lookup(self, prompt: Sequence[int]) -> dict[Hashable, int]:
+        """What ``prompt`` shares with everything the engine holds: every slot's cells, the
+        prompts being read and the saved prompts on disk (``Scheduler.lookup``), the disk's
+        files brought up to date first."""
+        if self.disk is not None:
+            self.disk.refresh()
+        return self._scheduler.lookup(prompt)
+
+    def saved_length(self, prompt: Sequence[int], shared: Mapping[Hashable, int]) -> int:
         """How long a saved prompt ``take_prefix`` might restore for ``prompt`` is (``0``:
         none, no disk cache, or streams that cannot grow, so need not know): the stream must
-        hold it whole to take it."""
+        hold it whole to take it. ``shared``: ``lookup(prompt)``."""
         if self.disk is None or not self.can_grow:
             return 0
-        return self.disk.saved_length(prompt)
+        return self.disk.saved_length(prompt, shared)
 
-    def take_prefix(self, seq: SeqState) -> None:
+    def take_prefix(self, seq: SeqState, shared: Mapping[Hashable, int] | None = None) -> None:
         """Give a newly admitted sequence the cells of its reusable prefix (as the scheduler
         chose it), or a longer one from the disk cache; where that fails, the sequence starts
-        empty and evaluates its whole prompt."""
+        empty and evaluates its whole prompt. ``shared``: ``lookup(prompt)``, made before the
+        sequence was admitted."""
         if not self._keep_prefix(seq):
             self.context.remove(seq.slot.seq_id, 0)
             self._scheduler.forget(seq)
@@ -194,6 +205,7 @@ class SequenceCells:
                 seq.n_reused,
                 self._scheduler.layout,
                 seq.image_spans,
+                shared,
             )
             if held is None:
                 self._scheduler.forget(seq)

@@ -198,7 +198,10 @@ class EngineCore:
             # (a state is taken whole, then cut back); before the context is first made, this
             # only sizes it.
             prompt = request.prompt_tokens
-            self._grow(max(cells_to(request, len(prompt)), self.cells.saved_length(prompt)))
+            shared = self.cells.lookup(prompt)
+            room = max(cells_to(request, len(prompt)), self.cells.saved_length(prompt, shared))
+            if self._grow(room):  # some slots lost their cells: what they share changed
+                shared = self.cells.lookup(prompt)
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except EngineError as error:
             error.request_id = request.request_id
@@ -206,8 +209,8 @@ class EngineCore:
             return
         media = request.media
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
-        seq = self.scheduler.admit(request.request_id, request.prompt_tokens, spans)
-        self.cells.take_prefix(seq)
+        seq = self.scheduler.admit(request.request_id, prompt, spans, shared)
+        self.cells.take_prefix(seq, shared)
         spec = None
         if self.speculation is not None:
             spec = self.speculation.start(

@@ -4,8 +4,9 @@ Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens 
 new request takes the free slot sharing the longest prefix with its prompt and evaluates only the
 rest, as far as the prefill layout lets it keep cells (``batch.PrefillLayout``: a kept prefix
 never changes an answer). One prefix index (``prefix_index.PrefixIndex``, a trie of token
-blocks) holds what every slot's cells hold, running or idle, and the prompts still being read, so
-admission finds what a prompt shares with all of them in one walk of its blocks. When a unified
+blocks) holds what every slot's cells hold, running or idle, the prompts still being read, and
+(put there by the prompt cache) the prompts saved on disk, so admission finds what a prompt
+shares with all of them in one walk of its blocks (``lookup``). When a unified
 cache runs out of cells, idle cells go least recently used block first (``evict``), never a
 block a running request holds or is reading toward.
 
@@ -36,7 +37,7 @@ keep flowing while an image is read; a text chunk never crosses into an image.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
@@ -73,7 +74,7 @@ class Scheduler:
         prefill_per_step: int | None = None,
     ) -> None:
         # Slots under their sequence ids, prompts being read under their request ids.
-        self.index: PrefixIndex[int | str] = PrefixIndex(block=INDEX_BLOCK)
+        self.index: PrefixIndex[Hashable] = PrefixIndex(block=INDEX_BLOCK)
         self.slots = [Slot(seq_id=i, index=self.index) for i in range(n_seq_max)]
         self.n_batch = n_batch
         self.layout = layout or PrefillLayout(0)
@@ -103,11 +104,17 @@ class Scheduler:
     def n_free(self) -> int:
         return sum(not slot.busy for slot in self.slots)
 
+    def lookup(self, prompt: Sequence[int]) -> dict[Hashable, int]:
+        """How many leading tokens ``prompt`` shares with every key of the index: slots (by
+        sequence id), prompts being read (by request id), and whatever else was put there."""
+        return self.index.shared(prompt)
+
     def admit(
         self,
         request_id: str,
         prompt: Sequence[int],
         image_spans: Mapping[int, int] | None = None,
+        shared: Mapping[Hashable, int] | None = None,
     ) -> SeqState:
         """Bind a request to a free slot, reusing the longest cached prefix of its prompt.
 
@@ -115,12 +122,14 @@ class Scheduler:
         throw away a longer cached conversation (or it is busy), the prefix is shared into another
         free slot instead (``copy_from``). What is kept follows the prefill layout (at least the
         last prompt token is evaluated, an image is kept whole or not at all). The caller then
-        applies the cache changes.
+        applies the cache changes. ``shared``: ``lookup(prompt)``, when the caller made it
+        (nothing in the index changed since).
         """
         image_spans = image_spans or {}
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
-        shared = self.index.shared(prompt)
+        if shared is None:
+            shared = self.lookup(prompt)
 
         def keeps(slot: Slot) -> int:
             return self.layout.kept(
@@ -175,7 +184,7 @@ class Scheduler:
         self.shared_tokens += n - seq.n_shared
         seq.n_shared = n
 
-    def _follow(self, seq: SeqState, shared: Mapping[int | str, int] | None = None) -> None:
+    def _follow(self, seq: SeqState, shared: Mapping[Hashable, int] | None = None) -> None:
         """Make ``seq`` wait for the request still reading the longest prefix it may keep, if
         that gains at least a block, or an image (in the aligned layout). The same image in
         the same place has the same key, so a follower takes its cells whole (as ``kept``
@@ -399,12 +408,14 @@ class Scheduler:
         first, never a block a running request holds or is reading toward (its cells stay
         however many idle slots share them). The slots cut, with the position each was cut
         at; the caller drops their cells from there on."""
-        pinned: set[int | str] = {seq.slot.seq_id for seq in self.running}
+        pinned: set[Hashable] = {seq.slot.seq_id for seq in self.running}
         pinned.update(seq.request_id for seq in self.running)
         held = {slot.seq_id: len(slot.cached) for slot in self.slots}
+        idle = [slot.seq_id for slot in self.slots if not slot.busy]
         cuts: dict[int, int] = {}
-        for key, n in self.index.evict(n_tokens, pinned).items():
-            assert isinstance(key, int)  # prompts being read are pinned
+        found = self.index.evict(n_tokens, cuttable=idle, holders=held, pinned=pinned)
+        for key, n in found.items():
+            assert isinstance(key, int)
             self.evicted_tokens += held[key] - n
             self.slots[key].cut(n)
             cuts[key] = n

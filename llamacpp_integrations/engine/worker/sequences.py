@@ -4,7 +4,7 @@ hold, the requests bound to them, and the steps it plans for the worker to run."
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..batch import BatchEntry
@@ -28,7 +28,7 @@ class Slot:
     realigned has still to read after ``cached``."""
 
     seq_id: int
-    index: PrefixIndex[int | str] = field(default_factory=PrefixIndex, repr=False)
+    index: PrefixIndex[Hashable] = field(default_factory=PrefixIndex, repr=False)
     last_used: int = 0
     busy: bool = False
     exact: int = 0
