@@ -273,8 +273,9 @@ class SequenceCells:
 
     def evict(self, n_tokens: int) -> bool:
         """Free about ``n_tokens`` cells of idle slots, least recently used block first
-        (``Scheduler.evict``); whether any went."""
-        if self._context is None:
+        (``Scheduler.evict``); whether any went. Only in a unified cache: with a stream per
+        sequence, another sequence's cells never take a sequence's room."""
+        if self._context is None or not self._kv.unified:
             return False
         cuts = self._scheduler.evict(n_tokens)
         for seq_id, start in cuts.items():
