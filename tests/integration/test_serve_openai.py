@@ -29,9 +29,14 @@ TIME = {
         },
     },
 }
+# Bounded, so that every document the grammar allows fits in the answer's token limit: the
+# request is sampled, and an unbounded string may otherwise run past it.
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -153,10 +158,11 @@ def test_json_schema_answer_conforms(client: openai.OpenAI) -> None:
             "type": "json_schema",
             "json_schema": {"name": "person", "schema": PERSON, "strict": True},
         },
-        max_tokens=64,
+        max_tokens=128,
         logprobs=True,
         top_logprobs=2,
     )
+    assert answer.choices[0].finish_reason == "stop"
     value = json.loads(answer.choices[0].message.content or "")
     assert set(value) == {"name", "age"} and isinstance(value["age"], int)
     logprobs = answer.choices[0].logprobs
