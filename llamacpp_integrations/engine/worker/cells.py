@@ -277,9 +277,16 @@ class SequenceCells:
         sequence, another sequence's cells never take a sequence's room."""
         if self._context is None or not self._kv.unified:
             return False
+        before = self._scheduler.evicted_tokens
         cuts = self._scheduler.evict(n_tokens)
         for seq_id, start in cuts.items():
             self._context.remove(seq_id, start)
+        if cuts:
+            log.debug(
+                "KV cache full: dropped %d idle cached tokens of sequences %s, oldest blocks first",
+                self._scheduler.evicted_tokens - before,
+                sorted(cuts),
+            )
         return bool(cuts)
 
     def drop_idle(self) -> list[int]:
