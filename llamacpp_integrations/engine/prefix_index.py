@@ -26,18 +26,9 @@ from typing import Generic, TypeVar
 
 from .batch import common_prefix
 
-__all__ = ["PrefixIndex", "PrefixMatch"]
+__all__ = ["PrefixIndex"]
 
 K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class PrefixMatch(Generic[K]):
-    """The key whose sequence shares the longest prefix with a prompt: ``n_shared`` tokens."""
-
-    key: K
-    tokens: tuple[int, ...]
-    n_shared: int
 
 
 @dataclass(eq=False)
@@ -163,26 +154,6 @@ class PrefixIndex(Generic[K]):
                 break
             node, depth, passing = child, depth + size, staying
         return result
-
-    def longest(self, prompt: Sequence[int]) -> PrefixMatch[K] | None:
-        """The stored sequence sharing the longest prefix with ``prompt`` (at least one
-        block), or ``None``."""
-        node, depth, size = self._root, 0, self.block
-        while depth + size <= len(prompt):
-            child = node.children.get(tuple(prompt[depth : depth + size]))
-            if child is None:
-                break
-            node, depth = child, depth + size
-        if node is self._root:
-            return None
-        best: PrefixMatch[K] | None = None
-        rest = prompt[depth:]
-        for key in node.keys:
-            stored = self._tokens[key]
-            n = depth + common_prefix(stored[depth:], rest)
-            if best is None or n > best.n_shared:
-                best = PrefixMatch(key, tuple(stored), n)
-        return best
 
     # ---- eviction ---------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""The prefix index: the stored sequence sharing the longest prefix with a prompt, found to the
-token by walking a trie of blocks, and forgotten cleanly."""
+"""The prefix index: what every stored sequence shares with a prompt, found to the token by
+walking a trie of blocks, kept current as sequences grow and shrink, forgotten cleanly, and cut
+back least recently used block first."""
 
 from __future__ import annotations
 
@@ -11,17 +12,16 @@ from llamacpp_integrations.engine.batch import common_prefix
 from llamacpp_integrations.engine.prefix_index import PrefixIndex
 
 
-def test_the_longest_shared_prefix_is_found_to_the_token() -> None:
+def test_what_each_sequence_shares_is_found_to_the_token() -> None:
     index: PrefixIndex[str] = PrefixIndex(block=4)
     index.add("a", range(100))
     index.add("b", [*range(50), 7, 7, 7])
-    found = index.longest([*range(53), 9])  # 53 shared with "a", 50 with "b"
-    assert found is not None and (found.key, found.n_shared) == ("a", 53)
-    found = index.longest([*range(50), 7, 7, 1])
-    assert found is not None and (found.key, found.n_shared) == ("b", 52)
-    # A prefix shorter than one block is not found; a prompt shorter than a block neither.
-    assert index.longest([0, 1, 2, 9]) is None
-    assert index.longest([0, 1]) is None
+    assert index.shared([*range(53), 9]) == {"a": 53, "b": 50}
+    assert index.shared([*range(50), 7, 7, 1]) == {"a": 50, "b": 52}
+    # Within the first block, and for a prompt shorter than a block, too.
+    assert index.shared([0, 1, 2, 9]) == {"a": 3, "b": 3}
+    assert index.shared([0, 1]) == {"a": 2, "b": 2}
+    assert index.shared([5]) == {"a": 0, "b": 0}
     assert len(index) == 2 and "a" in index and index.tokens("b")[-1] == 7
 
 
@@ -31,12 +31,11 @@ def test_removing_and_replacing_keys() -> None:
     index.add(2, range(40))
     index.remove(1)
     index.remove(1)  # twice: nothing happens
-    found = index.longest(range(40))
-    assert found is not None and found.key == 2
+    assert index.shared(range(40)) == {2: 40}
     index.add(2, range(100, 140))  # replaced: its old blocks are gone
-    assert index.longest(range(40)) is None
+    assert index.shared(range(40)) == {2: 0}
     index.remove(2)
-    assert len(index) == 0 and index.longest(range(100, 140)) is None
+    assert len(index) == 0 and index.shared(range(100, 140)) == {}
     with pytest.raises(ValueError):
         PrefixIndex(block=0)
 
@@ -56,13 +55,7 @@ def test_it_agrees_with_comparing_every_sequence() -> None:
         del stored[key]
     for _ in range(200):
         prompt = stem[: rng.randrange(0, 300)] + [rng.randrange(50) for _ in range(20)]
-        best = max((common_prefix(t, prompt) for t in stored.values()), default=0)
-        found = index.longest(prompt)
-        if best < 16:
-            assert found is None or found.n_shared == best
-        else:
-            assert found is not None and found.n_shared == best
-            assert common_prefix(stored[found.key], prompt) == best
+        assert index.shared(prompt) == {k: common_prefix(t, prompt) for k, t in stored.items()}
 
 
 def test_every_key_gets_what_it_shares_with_a_prompt_through_growth_and_cuts() -> None:
