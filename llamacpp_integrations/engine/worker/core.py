@@ -373,6 +373,7 @@ class EngineCore:
         assert self.vision is not None and media is not None
         span = media.spans[step.start]
         seq_id = step.seq.slot.seq_id
+
         def evaluate() -> int:
             assert self.vision is not None
             # Whatever part of the image got in before the cache ran out goes first.
