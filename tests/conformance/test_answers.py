@@ -37,9 +37,15 @@ TEMPLATES = (
 pytestmark = pytest.mark.timeout(1800)
 
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("openai-gpt-oss-120b", check): "SmolLM2 writes a harmony message body without its channel "
-    "header, so the body and its framing are answer text (a gpt-oss model writes the header)"
-    for check in ("thinking on", "thinking off")
+    **{
+        ("openai-gpt-oss-120b", check): "SmolLM2 writes a harmony message body without its "
+        "channel header, so the body and its framing are answer text (a gpt-oss model writes "
+        "the header)"
+        for check in ("thinking on", "thinking off")
+    },
+    ("llama-cpp-rwkv-world", "thinking off"): "SmolLM2 sometimes goes on past its answer into "
+    "turns it invents, copying the prompt's closed '<think>\\n</think>' into them; that is "
+    "answer text (an RWKV model ends its turn)",
 }
 
 
