@@ -72,12 +72,10 @@ class SavedPrompts:
         """Bring the index up to date with the directory (before a lookup)."""
         self.files.refresh()
 
-    def saved_length(
-        self, prompt: Sequence[int], shared: Mapping[Hashable, int] | None = None
-    ) -> int:
+    def saved_length(self, prompt: Sequence[int], shared: Mapping[Hashable, int]) -> int:
         """The length of the saved prompt ``restore`` would consider for ``prompt`` (``0``:
         none): a sequence's stream must hold all of it to take the state. ``shared``: the
-        index's lookup of ``prompt``, when done already."""
+        index's lookup of ``prompt`` (after ``refresh``)."""
         if len(prompt) <= self.files.min_tokens:
             return 0
         found = self.files.find(prompt, shared)
@@ -91,12 +89,12 @@ class SavedPrompts:
         n_reused: int,
         layout: PrefillLayout,
         image_spans: Mapping[int, int],
-        shared: Mapping[Hashable, int] | None = None,
+        shared: Mapping[Hashable, int],
     ) -> int | None:
         """Put a saved prompt into the sequence when it keeps a longer prefix of ``prompt``
         (as far as ``layout`` lets a prompt keep cells, images whole) than the ``n_reused``
         tokens its cells already give. ``image_spans``: the prompt's images, start ->
-        positions; ``shared``: the index's lookup of ``prompt``, when done already.
+        positions; ``shared``: the index's lookup of ``prompt`` (after ``refresh``).
 
         Returns how many prompt tokens the sequence now holds: ``n_reused`` when nothing better
         was saved (the cells are untouched), more after a restore, or ``None`` when a restore

@@ -189,7 +189,7 @@ class SequenceCells:
             return 0
         return self.disk.saved_length(prompt, shared)
 
-    def take_prefix(self, seq: SeqState, shared: Mapping[Hashable, int] | None = None) -> None:
+    def take_prefix(self, seq: SeqState, shared: Mapping[Hashable, int]) -> None:
         """Give a newly admitted sequence the cells of its reusable prefix (as the scheduler
         chose it), or a longer one from the disk cache; where that fails, the sequence starts
         empty and evaluates its whole prompt. ``shared``: ``lookup(prompt)``, made before the

@@ -374,15 +374,15 @@ class EngineCore:
         span = media.spans[step.start]
         seq_id = step.seq.slot.seq_id
 
-        def evaluate() -> int:
+        def evaluate_again() -> int:
             assert self.vision is not None
             # Whatever part of the image got in before the cache ran out goes first.
             self.context.remove(seq_id, step.start)
             return self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
 
-        code = evaluate()
+        code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
         if code == DecodeStatus.NO_KV_SLOT:
-            code = self._retry_with_room(evaluate, step.n_pos)
+            code = self._retry_with_room(evaluate_again, step.n_pos)
         if code != 0:
             why = "no room in the KV cache" if code == DecodeStatus.NO_KV_SLOT else f"code {code}"
             log.error("image evaluation failed: %s", why)
