@@ -38,7 +38,7 @@ from .app import DEFAULT_MAX_BODY_BYTES, create_app, default_model_name
 from .errors import ERROR_TABLE, ApiError, ErrorRow
 from .model_files import served_model_files
 from .on_demand import DEFAULT_KEEP_ALIVE, OnDemandRoster
-from .routes import ServerSettings
+from .openai.routes import ServerSettings
 from .run import serve
 
 __all__ = [

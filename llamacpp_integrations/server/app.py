@@ -19,14 +19,14 @@ from starlette.routing import Route
 from ..client import model_display_name
 from ..engine import InferenceEngine
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
-from .anthropic_routes import AnthropicEndpoints
+from .anthropic.routes import AnthropicEndpoints
 from .exchange import Exchange
-from .llama_extras import LlamaExtras
+from .openai.extras import LlamaExtras
 from .metrics import ServerMetrics
-from .rerank import RERANK_PATHS, Reranker
-from .responses_api_routes import ResponsesApi
+from .openai.rerank import RERANK_PATHS, Reranker
+from .responses_api.routes import ResponsesApi
 from .roster import ModelRoster, OneModel
-from .routes import Endpoints, ServerSettings
+from .openai.routes import Endpoints, ServerSettings
 from .security import ApiKeyMiddleware, BodyLimitMiddleware
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "default_model_name"]

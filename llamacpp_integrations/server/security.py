@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .anthropic_errors import anthropic_error_body, speaks_anthropic
+from .anthropic.errors import anthropic_error_body, speaks_anthropic
 from .errors import ApiError
 
 __all__ = ["ApiKeyMiddleware", "BodyLimitMiddleware", "send_error"]

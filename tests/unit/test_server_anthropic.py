@@ -20,9 +20,9 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.errors import ImageInputNotSupportedError
 from llamacpp_integrations.server import ApiError, create_app
-from llamacpp_integrations.server.anthropic_messages import anthropic_messages_reader
-from llamacpp_integrations.server.anthropic_requests import count_options, message_options
-from llamacpp_integrations.server.anthropic_schemas import (
+from llamacpp_integrations.server.anthropic.messages import anthropic_messages_reader
+from llamacpp_integrations.server.anthropic.options import count_options, message_options
+from llamacpp_integrations.server.anthropic.schemas import (
     AnthropicMessage,
     CountTokensBody,
     MessagesBody,

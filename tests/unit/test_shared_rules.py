@@ -15,7 +15,7 @@ from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
 from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
 from llamacpp_integrations.models import read_gguf_info
 from llamacpp_integrations.server import create_app, default_model_name
-from llamacpp_integrations.server.responses import ResponseIds, chat_response
+from llamacpp_integrations.server.openai.bodies import ResponseIds, chat_response
 
 from .recording_engine import INFO, RecordingEngine
 from .test_models import valid_gguf  # a tiny GGUF: "Tiny Test", trained on 4096

@@ -27,14 +27,14 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..client import CallPlan, CallResult, agenerate, astream
-from ..engine import InferenceEngine, Usage
-from ..engine.types import new_request_id
-from ..tools import ToolStreamChunk
-from .exchange import Exchange
-from .responses import AnswerBodies, usage_body
+from ...client import CallPlan, CallResult, agenerate, astream
+from ...engine import InferenceEngine, Usage
+from ...engine.types import new_request_id
+from ...tools import ToolStreamChunk
+from ..exchange import Exchange
+from .bodies import AnswerBodies, usage_body
 from .schemas import SamplingFields
-from .streaming import sse, until_disconnect
+from ..streaming import sse, until_disconnect
 
 __all__ = [
     "all_or_none",

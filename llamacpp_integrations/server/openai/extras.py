@@ -28,12 +28,12 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..client import chat_plan_factory
-from ..engine import ChatRequest, InferenceEngine, TokenPieceEngine
-from .chat_calls import chat_call_options
-from .errors import ApiError
-from .exchange import Exchange, Leases
-from .requests import messages_reader
+from ...client import chat_plan_factory
+from ...engine import ChatRequest, InferenceEngine, TokenPieceEngine
+from .reasoning import chat_call_options
+from ..errors import ApiError
+from ..exchange import Exchange, Leases
+from .options import messages_reader
 from .routes import ServerSettings
 from .schemas import ChatCompletionBody
 

@@ -20,9 +20,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from ..client import CallResult, openai_logprobs
-from ..engine import TokenLogprob, Usage
-from ..tools import InvalidToolCall, ToolCallDelta, ToolStreamChunk, openai_tool_call
+from ...client import CallResult, openai_logprobs
+from ...engine import TokenLogprob, Usage
+from ...tools import InvalidToolCall, ToolCallDelta, ToolStreamChunk, openai_tool_call
 
 __all__ = [
     "AnswerBodies",

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..client import CallOptions, CallResult
-from ..engine import Usage
-from .responses_api_schemas import ResponsesBody
+from ...client import CallOptions, CallResult
+from ...engine import Usage
+from .schemas import ResponsesBody
 
 __all__ = [
     "ItemStatus",

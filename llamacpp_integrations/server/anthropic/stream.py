@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tools import ToolCallDelta, ToolStreamChunk
-from .anthropic_responses import (
+from ...tools import ToolCallDelta, ToolStreamChunk
+from .bodies import (
     SIGNATURE,
     MessageShape,
     answer_finish,
     stop_reason,
     usage_body,
 )
-from .streaming import named_sse
+from ..streaming import named_sse
 
 __all__ = ["MessageEvents"]
 

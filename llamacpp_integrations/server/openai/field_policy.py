@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import ApiError
+from ..errors import ApiError
 
 __all__ = [
     "CHAT_REFUSED",

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..client import CallOptions
-from .anthropic_messages import bad_request
-from .anthropic_schemas import REFUSED_FIELDS, CountTokensBody, MessagesBody
+from ...client import CallOptions
+from .messages import bad_request
+from .schemas import REFUSED_FIELDS, CountTokensBody, MessagesBody
 
 __all__ = ["count_options", "message_options"]
 

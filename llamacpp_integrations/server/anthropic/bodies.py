@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..client import CallResult
-from ..engine import Usage
-from ..tools import parse_partial_json
+from ...client import CallResult
+from ...engine import Usage
+from ...tools import parse_partial_json
 
 __all__ = [
     "SIGNATURE",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .reasoning_effort import ReasoningEffort
+from ..reasoning_effort import ReasoningEffort
 
 __all__ = [
     "MAX_CHOICES",

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ApiError
-from .exchange import WireShape
-from .streaming import named_sse
+from ..errors import ApiError
+from ..exchange import WireShape
+from ..streaming import named_sse
 
 __all__ = [
     "ANTHROPIC_SHAPE",

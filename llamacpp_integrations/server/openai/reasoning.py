@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..client import CallOptions
-from .errors import ApiError
-from .reasoning_effort import reasoning_switch
-from .requests import chat_options
+from ...client import CallOptions
+from ..errors import ApiError
+from ..reasoning_effort import reasoning_switch
+from .options import chat_options
 from .schemas import ChatCompletionBody
 
 __all__ = ["TEMPLATE_EFFORTS", "ReasoningAsk", "chat_call_options", "reasoning_ask"]

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from ..client import CallOptions
-from ..engine import CompletionRequest, ImageInput, SamplingParams
-from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
-from ..tools import read_tool_calls
-from .errors import ApiError
+from ...client import CallOptions
+from ...engine import CompletionRequest, ImageInput, SamplingParams
+from ...errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
+from ...tools import read_tool_calls
+from ..errors import ApiError
 from .field_policy import CHAT_REFUSED, COMPLETION_REFUSED, refuse_unhonoured
 from .schemas import ChatCompletionBody, CompletionBody, SamplingFields
 

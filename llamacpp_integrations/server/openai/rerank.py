@@ -23,11 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine import InferenceEngine, RerankingEngine
-from .errors import ApiError
-from .exchange import Exchange, Leases
+from ...engine import InferenceEngine, RerankingEngine
+from ..errors import ApiError
+from ..exchange import Exchange, Leases
 from .routes import ServerSettings
-from .streaming import until_disconnect
+from ..streaming import until_disconnect
 
 __all__ = ["RERANK_PATHS", "RerankBody", "RerankDocument", "Reranker", "ranked", "rerank_tokens"]
 

@@ -16,25 +16,25 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ..client import CallPlan, CallResult, agenerate, astream, chat_plan_factory
-from ..engine import InferenceEngine
-from ..multimodal import ImagePolicy
-from .chat_calls import chat_call_options
+from ...client import CallPlan, CallResult, agenerate, astream, chat_plan_factory
+from ...engine import InferenceEngine
+from ...multimodal import ImagePolicy
+from .reasoning import chat_call_options
 from .choices import answer_choices
-from .errors import ApiError
-from .exchange import Exchange, Leases
-from .metrics import StatsSource
-from .requests import completion_options, completion_request, messages_reader
-from .responses import (
+from ..errors import ApiError
+from ..exchange import Exchange, Leases
+from ..metrics import StatsSource
+from .options import completion_options, completion_request, messages_reader
+from .bodies import (
     AnswerBodies,
     ChatBodies,
     CompletionBodies,
     ResponseIds,
     embedding_response,
 )
-from .roster import model_card
+from ..roster import model_card
 from .schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, SamplingFields
-from .streaming import sse, until_disconnect
+from ..streaming import sse, until_disconnect
 
 __all__ = ["EmbeddingInputs", "Endpoints", "ServerSettings", "embedding_inputs"]
 

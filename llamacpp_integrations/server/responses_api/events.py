@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..tools import ToolCallDelta, ToolStreamChunk
-from .errors import ApiError
-from .exchange import WireShape
-from .responses_api_bodies import (
+from ...tools import ToolCallDelta, ToolStreamChunk
+from ..errors import ApiError
+from ..exchange import WireShape
+from .bodies import (
     ItemStatus,
     ResponseFrame,
     function_call_item,
@@ -27,7 +27,7 @@ from .responses_api_bodies import (
     output_text_part,
     reasoning_item,
 )
-from .streaming import named_sse
+from ..streaming import named_sse
 
 __all__ = ["RESPONSES_SHAPE", "ResponseEvents", "error_event"]
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..client import CallOptions
-from ..tools import parse_partial_json
-from .errors import ApiError
-from .reasoning_effort import reasoning_switch
-from .requests import ImageReader, messages_reader
-from .responses_api_schemas import REFUSED_FIELDS, ResponsesBody
+from ...client import CallOptions
+from ...tools import parse_partial_json
+from ..errors import ApiError
+from ..reasoning_effort import reasoning_switch
+from ..openai.options import ImageReader, messages_reader
+from .schemas import REFUSED_FIELDS, ResponsesBody
 
 __all__ = [
     "chat_messages",

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..engine import ImageInput
-from ..errors import ImageInputNotSupportedError
-from ..tools import read_tool_calls
-from .anthropic_schemas import AnthropicMessage
-from .errors import ApiError
+from ...engine import ImageInput
+from ...errors import ImageInputNotSupportedError
+from ...tools import read_tool_calls
+from .schemas import AnthropicMessage
+from ..errors import ApiError
 
 __all__ = ["ImageReader", "anthropic_messages_reader", "bad_request", "system_text"]
 

@@ -15,18 +15,18 @@ from collections.abc import AsyncGenerator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..client import CallOptions, CallPlan, CallResult, agenerate, astream, chat_plan_factory
-from ..engine import InferenceEngine
-from .anthropic_errors import ANTHROPIC_SHAPE
-from .anthropic_messages import anthropic_messages_reader
-from .anthropic_requests import count_options, message_options
-from .anthropic_responses import MessageShape
-from .anthropic_schemas import CountTokensBody, MessagesBody
-from .anthropic_stream import MessageEvents
-from .exchange import Exchange, Leases
-from .roster import ModelLease
-from .routes import ServerSettings
-from .streaming import until_disconnect
+from ...client import CallOptions, CallPlan, CallResult, agenerate, astream, chat_plan_factory
+from ...engine import InferenceEngine
+from .errors import ANTHROPIC_SHAPE
+from .messages import anthropic_messages_reader
+from .options import count_options, message_options
+from .bodies import MessageShape
+from .schemas import CountTokensBody, MessagesBody
+from .stream import MessageEvents
+from ..exchange import Exchange, Leases
+from ..roster import ModelLease
+from ..openai.routes import ServerSettings
+from ..streaming import until_disconnect
 
 __all__ = ["AnthropicEndpoints", "planned_with_tokens"]
 

@@ -18,14 +18,14 @@ from collections.abc import AsyncGenerator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..client import CallResult, agenerate, astream, chat_plan_factory
-from .exchange import Exchange, Leases
-from .responses_api_bodies import response_frame, whole_response
-from .responses_api_events import RESPONSES_SHAPE, ResponseEvents
-from .responses_api_requests import refuse_unsupported, responses_messages_reader, responses_options
-from .responses_api_schemas import ResponsesBody
-from .routes import ServerSettings
-from .streaming import until_disconnect
+from ...client import CallResult, agenerate, astream, chat_plan_factory
+from ..exchange import Exchange, Leases
+from .bodies import response_frame, whole_response
+from .events import RESPONSES_SHAPE, ResponseEvents
+from .inputs import refuse_unsupported, responses_messages_reader, responses_options
+from .schemas import ResponsesBody
+from ..openai.routes import ServerSettings
+from ..streaming import until_disconnect
 
 __all__ = ["RESPONSES", "ResponsesApi"]
 
