@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -50,7 +50,14 @@ integration: models
 test: models lint
 	$(BIN)/pytest tests/unit
 	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks -m 'not soak' --durations=25
+	$(BIN)/python benchmarks/figures.py --check
 	$(BIN)/mkdocs build --strict --quiet
+
+# Every measured figure in README.md and docs/ rewritten from benchmarks/results/*.json (the
+# marked figures, the generated tables, docs/benchmarks.md's text); `make test` and the docs
+# build fail while a page differs (benchmarks/figures.py).
+figures: install
+	$(BIN)/python benchmarks/figures.py --write
 
 # One minute of the soak with its leak checks, as a test (make soak runs it for MINUTES).
 soak-test: models

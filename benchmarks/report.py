@@ -15,10 +15,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt
 import results
 
 from llamacpp_integrations.errors import LlamaCppIntegrationError
@@ -27,6 +23,18 @@ from llamacpp_integrations.models import resolve_model_path
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "benchmarks.md"
 ASSETS = ROOT / "docs" / "assets" / "benchmarks"
+# False while figures.py compares the page's text with what it renders: no PNG is drawn then.
+DRAW = {"plots": True}
+
+
+def _pyplot() -> Any:
+    """matplotlib, imported only when a plot is drawn (the text needs none)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def load() -> dict[str, dict[str, Any]]:
@@ -63,6 +71,9 @@ def _plot(
     series: dict[str, tuple[list[Any], list[float]]],
     caption: str,
 ) -> str:
+    if not DRAW["plots"]:
+        return f"assets/benchmarks/{name}.png"
+    plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.4, 3.9), dpi=110)
     for label, (xs, ys) in series.items():
         axes.plot(xs, ys, marker="o", label=label)
@@ -85,6 +96,9 @@ def _caption(figure: Any, caption: str) -> None:
 
 
 def _bars(name: str, title: str, ylabel: str, bars: dict[str, float], caption: str) -> str:
+    if not DRAW["plots"]:
+        return f"assets/benchmarks/{name}.png"
+    plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.4, 3.5), dpi=110)
     axes.bar(list(bars), list(bars.values()), color=["#3b7dd8", "#9a9a9a", "#c9a227"][: len(bars)])
     axes.set_title(title)
@@ -749,7 +763,16 @@ def fairness_section(found: dict[str, dict[str, Any]], headline: list[str]) -> l
     return lines
 
 
-def render() -> str:
+def render(plot: bool = True) -> str:
+    """The page's text; ``plot=False`` draws no PNG (figures.py checks the text alone)."""
+    DRAW["plots"] = plot
+    try:
+        return _render()
+    finally:
+        DRAW["plots"] = True
+
+
+def _render() -> str:
     found = load()
     headline: list[str] = []
     body = [

@@ -7,7 +7,8 @@ import datetime
 import json
 import os
 import platform
-from importlib.metadata import version
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +30,46 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def commit() -> str:
+    """The commit measured: ``git rev-parse HEAD``, with ``+dirty`` when the tree has changes
+    (then the figure is of code no commit holds), or ``unknown`` outside a git checkout."""
+    root = RESULTS_DIR.parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if changes else "")
+
+
 def machine() -> dict[str, Any]:
-    """What a figure must say about where it was measured."""
+    """What a figure must say about where it was measured (benchmarks/figures.py checks that
+    every results file carries date, cpu, cores and commit)."""
+    try:
+        binding = version("llama-cpp-python")
+    except PackageNotFoundError:  # a benchmark of pure code runs without it
+        binding = "not installed"
     return {
         "cpu": cpu_name(),
         "cores": os.cpu_count() or 1,
         "python": platform.python_version(),
-        "llama_cpp_python": version("llama-cpp-python"),
+        "llama_cpp_python": binding,
         "date": datetime.date.today().isoformat(),
+        "commit": commit(),
     }
 
 
 def write(path: str | Path | None, benchmark: str, settings: dict[str, Any], **data: Any) -> None:
-    """Write one benchmark's results (nothing when ``path`` is None)."""
+    """Write one benchmark's results (nothing when ``path`` is None): the machine, the
+    ``settings`` of every side measured (ours and each peer's), then the figures."""
     if path is None:
         return
     out = Path(path)
