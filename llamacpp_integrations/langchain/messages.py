@@ -31,6 +31,7 @@ from langchain_core.messages.tool import ToolCall as LCToolCall
 from langchain_core.messages.tool import ToolCallChunk
 
 from ..client import openai_logprobs
+from ..client.content import template_content
 from ..engine import ImageInput, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
 from ..tools import InvalidToolCall, ToolCall, ToolCallDelta
@@ -131,19 +132,7 @@ def _content(
             raise UnsupportedContentError(
                 f"content blocks of type {kind!r} are not supported (text and images are)"
             )
-    if any(part["type"] == "image" for part in parts):
-        return _merge_text_runs(parts)
-    return "".join(part["text"] for part in parts)
-
-
-def _merge_text_runs(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    merged: list[dict[str, Any]] = []
-    for part in parts:
-        if part["type"] == "text" and merged and merged[-1]["type"] == "text":
-            merged[-1] = {"type": "text", "text": merged[-1]["text"] + part["text"]}
-        else:
-            merged.append(part)
-    return merged
+    return template_content(parts)
 
 
 def _role(message: BaseMessage) -> str:

@@ -7,27 +7,22 @@
   unloaded after ``keep_alive`` idle seconds (``served_model_files``: the models of paths and
   folders, named by their files).
 
-The modules, one job each: ``schemas`` (request bodies), ``requests`` (bodies to the client
-core's calls), ``responses`` (answers to OpenAI bodies), ``streaming`` (SSE and client
-disconnects), ``errors`` (typed errors to statuses), ``security`` (API key, body limit),
-``metrics`` (Prometheus text), ``exchange`` (what every endpoint of every API shares: the body,
-the leased models, failures in the API's own shape, streams), ``roster`` (which engine answers
-a request's ``model``), ``routes`` (OpenAI's handlers) and ``app`` (putting them together).
-Beside them, for chat completions: ``chat_calls`` (a body's options with its reasoning asks
-resolved: ``reasoning``, ``chat_template_kwargs``, ``reasoning_effort``, the last shared with
-the Responses API in ``reasoning_effort``), ``field_policy``
-(which undeclared fields are refused, which ignored) and ``choices`` (``n`` answers to one
-request). llama-server's extras: ``llama_extras`` (``/tokenize``, ``/detokenize``,
-``/apply-template``) and ``rerank`` (``/v1/rerank``).
+One package per API family, each turning its bodies into the client core's call options in one
+place (its ``options``) and its answers into its own shapes:
 
-OpenAI's Responses API (``POST /v1/responses``) has modules of its own, ``responses_api_*``:
-``schemas``, ``requests`` (bodies and input items to the client core's calls), ``bodies`` (the
-``response`` object), ``events`` (its stream) and ``routes``.
+* ``openai/``: chat and legacy completions, embeddings, models, and llama-server's extras
+  (``/tokenize``, ``/detokenize``, ``/apply-template``, ``/v1/rerank``);
+* ``anthropic/``: the Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``);
+* ``responses_api/``: OpenAI's Responses API (``POST /v1/responses``).
 
-Anthropic's Messages API (``POST /v1/messages`` and ``/v1/messages/count_tokens``) has too,
-``anthropic_*``: ``schemas``, ``messages`` (content blocks to the template's messages),
-``requests`` (bodies to call options), ``responses`` (the ``message`` body), ``stream`` (its
-events), ``errors`` (Anthropic's error shape) and ``routes``.
+No family imports another. Beside them, the plumbing they share: ``app`` (putting them
+together), ``settings`` (``ServerSettings``, and the one way a chat call is planned),
+``exchange`` (the body, the leased models, failures in a family's shape, streams), ``roster``
+and ``on_demand`` (which engine answers a request's ``model``), ``model_files``,
+``chat_messages`` (OpenAI-style messages to the template's, read by chat completions and the
+Responses API), ``reasoning_effort`` (OpenAI's efforts, shared by both of its APIs),
+``streaming`` (SSE and client disconnects), ``errors`` (typed errors to statuses),
+``security`` (API key, body limit), ``metrics`` (Prometheus) and ``run`` (uvicorn).
 
 Needs the ``server`` extra (``pip install 'llamacpp-integrations[server]'``).
 """
@@ -38,8 +33,8 @@ from .app import DEFAULT_MAX_BODY_BYTES, create_app, default_model_name
 from .errors import ERROR_TABLE, ApiError, ErrorRow
 from .model_files import served_model_files
 from .on_demand import DEFAULT_KEEP_ALIVE, OnDemandRoster
-from .openai.routes import ServerSettings
 from .run import serve
+from .settings import ServerSettings
 
 __all__ = [
     "DEFAULT_KEEP_ALIVE",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -19,15 +20,18 @@ from starlette.routing import Route
 from ..client import model_display_name
 from ..engine import InferenceEngine
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
+from .anthropic.errors import anthropic_error_body, speaks_anthropic
 from .anthropic.routes import AnthropicEndpoints
+from .errors import ApiError
 from .exchange import Exchange
-from .openai.extras import LlamaExtras
 from .metrics import ServerMetrics
+from .openai.extras import LlamaExtras
 from .openai.rerank import RERANK_PATHS, Reranker
+from .openai.routes import Endpoints
 from .responses_api.routes import ResponsesApi
 from .roster import ModelRoster, OneModel
-from .openai.routes import Endpoints, ServerSettings
 from .security import ApiKeyMiddleware, BodyLimitMiddleware
+from .settings import ServerSettings
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "default_model_name"]
 
@@ -39,6 +43,12 @@ def default_model_name(engine: InferenceEngine) -> str:
     """The id the model is listed under: its name by the package's one rule
     (``client.model_display_name``: the file name without ``.gguf``)."""
     return model_display_name(engine.info.path)
+
+
+def refusal_body(path: str, error: ApiError) -> dict[str, Any]:
+    """A gatekeeper's refusal (a bad key, a body too large) in the error shape of the API
+    family ``path`` belongs to: Anthropic's on its endpoints, OpenAI's everywhere else."""
+    return anthropic_error_body(error) if speaks_anthropic(path) else error.body()
 
 
 def create_app(
@@ -125,8 +135,8 @@ def create_app(
             )
         )
     if api_key:
-        middleware.append(Middleware(ApiKeyMiddleware, api_key=api_key))
-    middleware.append(Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes))
+        middleware.append(Middleware(ApiKeyMiddleware, api_key=api_key, shape=refusal_body))
+    middleware.append(Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, shape=refusal_body))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.endpoints = endpoints
     return app

@@ -35,7 +35,7 @@ from ..errors import (
     UntestedServerError,
 )
 
-__all__ = ["ERROR_TABLE", "ApiError", "ErrorRow", "api_error_of", "error_body"]
+__all__ = ["ERROR_TABLE", "ApiError", "ErrorRow", "api_error_of", "error_body", "invalid_request"]
 
 RETRY_AFTER_S = 1
 """Seconds a refused client is told to wait (``Retry-After``) when the queue is full."""
@@ -102,6 +102,12 @@ class ApiError(Exception):
 def error_body(message: str, type: str, code: str | None, param: str | None) -> dict[str, Any]:
     """``{"error": {...}}`` as OpenAI answers errors."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def invalid_request(message: str, param: str | None = None) -> ApiError:
+    """A 400 ``invalid_request`` naming ``param``, the field at fault: how every translation of
+    a body answers a value it cannot read."""
+    return ApiError(400, message, "invalid_request_error", "invalid_request", param)
 
 
 def api_error_of(error: BaseException) -> ApiError:

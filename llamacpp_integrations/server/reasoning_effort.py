@@ -17,15 +17,17 @@ forced answer still keeps its room, see ``tools.answer_room``)."""
 _OFF_EFFORTS = frozenset({"none", "minimal"})
 
 
-def reasoning_switch(effort: ReasoningEffort | None, limit: int) -> tuple[bool | None, int | None]:
+def reasoning_switch(
+    effort: ReasoningEffort | None, limit: int | None
+) -> tuple[bool | None, int | None]:
     """The reasoning switch and budget of ``effort``, for an answer of at most ``limit``
     tokens: ``(None, None)`` (the template's default) when no effort is given, off for
     ``none`` and ``minimal``, on with a share of ``limit`` for ``low`` and ``medium``
-    (``EFFORT_SHARES``), on without a budget for ``high`` and above. A model without
-    reasoning ignores both."""
+    (``EFFORT_SHARES``; no budget when there is no ``limit``), on without a budget for
+    ``high`` and above. A model without reasoning ignores both."""
     if effort is None:
         return None, None
     if effort in _OFF_EFFORTS:
         return False, None
     share = EFFORT_SHARES.get(effort)
-    return True, None if share is None else limit // share
+    return True, None if share is None or limit is None else limit // share

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.llama_index.messages import to_engine_message
 from llamacpp_integrations.llama_index.responses import tool_selections
-from llamacpp_integrations.server.openai.options import messages_reader
+from llamacpp_integrations.server.chat_messages import messages_reader
 from llamacpp_integrations.tools import GivenToolCall, read_tool_calls
 from llamacpp_integrations.tools.tool_prompt import calls_of
 

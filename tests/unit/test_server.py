@@ -29,9 +29,10 @@ from llamacpp_integrations.errors import (
     RequestTimeoutError,
 )
 from llamacpp_integrations.server import ERROR_TABLE, ApiError, create_app
+from llamacpp_integrations.server.chat_messages import messages_reader
 from llamacpp_integrations.server.errors import api_error_of
 from llamacpp_integrations.server.metrics import Histogram, ServerMetrics
-from llamacpp_integrations.server.openai.options import chat_options, messages_reader
+from llamacpp_integrations.server.openai.options import chat_options
 from llamacpp_integrations.server.openai.schemas import ChatCompletionBody
 
 INFO = ModelInfo(

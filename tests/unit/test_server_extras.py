@@ -27,11 +27,12 @@ from llamacpp_integrations.errors import EngineOverloadedError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.server import ApiError, create_app
-from llamacpp_integrations.server.openai.reasoning import chat_call_options, reasoning_ask
+from llamacpp_integrations.server.openai.bodies import ChatBodies, ResponseIds, chat_response
 from llamacpp_integrations.server.openai.choices import choice_plans, choices_usage
 from llamacpp_integrations.server.openai.field_policy import IGNORED_CHAT_FIELDS
 from llamacpp_integrations.server.openai.options import chat_options
-from llamacpp_integrations.server.openai.bodies import ChatBodies, ResponseIds, chat_response
+from llamacpp_integrations.server.openai.options import chat_options as chat_call_options
+from llamacpp_integrations.server.openai.reasoning import reasoning_ask
 from llamacpp_integrations.server.openai.schemas import ChatCompletionBody
 from llamacpp_integrations.tools import InvalidToolCall, ToolCallDelta, ToolStreamChunk
 from tests.builders.reasoning_templates import QWEN3, QWEN3_FORMAT

@@ -19,7 +19,8 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.server import create_app
 from llamacpp_integrations.server.reasoning_effort import reasoning_switch
-from llamacpp_integrations.server.responses_api.inputs import chat_messages, responses_options
+from llamacpp_integrations.server.responses_api.inputs import chat_messages
+from llamacpp_integrations.server.responses_api.options import responses_options
 from llamacpp_integrations.server.responses_api.schemas import ResponsesBody
 from llamacpp_integrations.testing import ScriptedEngine as PublicScriptedEngine
 from tests.builders.reasoning_templates import QWQ

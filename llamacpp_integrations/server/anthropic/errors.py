@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ApiError
+from ..errors import ApiError, invalid_request
 from ..exchange import WireShape
 from ..streaming import named_sse
 
@@ -20,6 +20,7 @@ __all__ = [
     "anthropic_error_body",
     "anthropic_error_event",
     "anthropic_error_type",
+    "bad_request",
     "speaks_anthropic",
 ]
 
@@ -34,6 +35,12 @@ _TYPES = {
     504: "timeout_error",
     529: "overloaded_error",
 }
+
+
+def bad_request(message: str, param: str) -> ApiError:
+    """A 400 in the shape every Anthropic translation error takes: the field at fault named
+    in the message too, since Anthropic's error shape has no ``param``."""
+    return invalid_request(f"{param}: {message}", param)
 
 
 def anthropic_error_type(status: int) -> str:

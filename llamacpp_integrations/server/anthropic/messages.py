@@ -24,24 +24,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...engine import ImageInput
+from ...client.content import template_content
+from ...client.plan import ImageReader
 from ...errors import ImageInputNotSupportedError
 from ...tools import read_tool_calls
-from .schemas import AnthropicMessage
 from ..errors import ApiError
+from .errors import bad_request
+from .schemas import AnthropicMessage
 
-__all__ = ["ImageReader", "anthropic_messages_reader", "bad_request", "system_text"]
-
-ImageReader = Callable[[Any], ImageInput]
+__all__ = ["anthropic_messages_reader", "system_text"]
 
 # Assistant blocks left out of the prompt: redacted thinking is encrypted by Anthropic. (Block
 # fields such as cache_control and citations are ignored: the engine caches prompts itself.)
 _SKIPPED_BLOCKS = frozenset({"redacted_thinking"})
-
-
-def bad_request(message: str, param: str) -> ApiError:
-    """A 400 in the shape every Anthropic translation error takes, naming the field."""
-    return ApiError(400, f"{param}: {message}", "invalid_request_error", "invalid_request", param)
 
 
 def system_text(system: str | Sequence[Mapping[str, Any]] | None) -> str:
@@ -125,7 +120,7 @@ class _Turn:
             kind, where = block.get("type"), f"{self.param}.content[{j}]"
             if kind == "tool_result":
                 if parts:  # text before a result stays before it
-                    out.append({"role": "user", "content": _joined(parts)})
+                    out.append({"role": "user", "content": template_content(parts)})
                     parts = []
                 out.append(self._result(block, where))
             elif kind in ("text", "image"):
@@ -133,7 +128,7 @@ class _Turn:
             else:
                 raise _unsupported(kind, where, "text, image and tool_result")
         if parts or not out:
-            out.append({"role": "user", "content": _joined(parts)})
+            out.append({"role": "user", "content": template_content(parts)})
         return out
 
     def _result(self, block: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -156,7 +151,11 @@ class _Turn:
             raise bad_request("content must be a string or a list of blocks", f"{where}.content")
         if block.get("is_error"):
             parts.insert(0, {"type": "text", "text": "Error: "})
-        item: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": _joined(parts)}
+        item: dict[str, Any] = {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": template_content(parts),
+        }
         if call_id in self.names:
             item["name"] = self.names[call_id]
         return item
@@ -205,20 +204,6 @@ def _image_source(block: Mapping[str, Any], where: str) -> str:
         "{'type': 'url', 'url'} (files uploaded to Anthropic cannot be read here)",
         f"{where}.source",
     )
-
-
-def _joined(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """The content as templates take it: text alone as a string, with images as parts (runs
-    of text merged, so each image sits between whole texts)."""
-    if all(part["type"] == "text" for part in parts):
-        return "".join(part["text"] for part in parts)
-    merged: list[dict[str, Any]] = []
-    for part in parts:
-        if part["type"] == "text" and merged and merged[-1]["type"] == "text":
-            merged[-1] = {"type": "text", "text": merged[-1]["text"] + part["text"]}
-        else:
-            merged.append(part)
-    return merged
 
 
 def _unsupported(kind: object, where: str, supported: str) -> ApiError:

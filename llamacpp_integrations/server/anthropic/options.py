@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...client import CallOptions
-from .messages import bad_request
+from .errors import bad_request
 from .schemas import REFUSED_FIELDS, CountTokensBody, MessagesBody
 
 __all__ = ["count_options", "message_options"]

@@ -2,7 +2,7 @@
 ``POST /v1/messages/count_tokens``, answering failures in Anthropic's shape.
 
 Each reads its body, leases the model it names and builds its plan as the OpenAI chat endpoint
-does (``client.chat_plan_factory``, the same tool, structured-output and reasoning handling as
+does (``ServerSettings.chat_plan``, the same tool, structured-output and reasoning handling as
 the framework adapters); the shared plumbing is ``exchange.Exchange``. A streamed answer's plan
 is built before the stream starts, so that ``message_start`` can tell the prompt's tokens.
 """
@@ -15,18 +15,18 @@ from collections.abc import AsyncGenerator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...client import CallOptions, CallPlan, CallResult, agenerate, astream, chat_plan_factory
+from ...client import CallOptions, CallPlan, CallResult, agenerate, astream
 from ...engine import InferenceEngine
+from ..exchange import Exchange, Leases
+from ..roster import ModelLease
+from ..settings import ServerSettings
+from ..streaming import until_disconnect
+from .bodies import MessageShape
 from .errors import ANTHROPIC_SHAPE
 from .messages import anthropic_messages_reader
 from .options import count_options, message_options
-from .bodies import MessageShape
 from .schemas import CountTokensBody, MessagesBody
 from .stream import MessageEvents
-from ..exchange import Exchange, Leases
-from ..roster import ModelLease
-from ..openai.routes import ServerSettings
-from ..streaming import until_disconnect
 
 __all__ = ["AnthropicEndpoints", "planned_with_tokens"]
 
@@ -53,15 +53,9 @@ class AnthropicEndpoints:
     def _plan(
         self, model: ModelLease, options: CallOptions, body: CountTokensBody
     ) -> Callable[[], CallPlan]:
-        return chat_plan_factory(
-            model.engine,
-            options,
-            anthropic_messages_reader(body.system, body.messages),
-            image_policy=self.settings.image_policy,
-            facts=model.facts,
-            cut_json="keep",  # a cut answer comes back with stop_reason "max_tokens"
-            cut_calls="keep",
-        )
+        # A cut answer comes back with stop_reason "max_tokens".
+        messages = anthropic_messages_reader(body.system, body.messages)
+        return self.settings.chat_plan(model, options, messages)
 
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages``."""

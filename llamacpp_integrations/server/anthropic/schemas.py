@@ -2,7 +2,7 @@
 ``POST /v1/messages/count_tokens``), as pydantic models.
 
 The body's outline is typed here; message content blocks and tools are read one by one by the
-translation (``anthropic_messages``, ``anthropic_requests``), so a mistake inside them is
+translation (``messages``, ``options``), so a mistake inside them is
 answered with the path of the block at fault (``messages[2].content[1].source``).
 
 Fields are in three groups (the guide's "Anthropic Messages" section lists them):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...tools import ToolCallDelta, ToolStreamChunk
+from ..streaming import named_sse
 from .bodies import (
     SIGNATURE,
     MessageShape,
@@ -21,7 +22,6 @@ from .bodies import (
     stop_reason,
     usage_body,
 )
-from ..streaming import named_sse
 
 __all__ = ["MessageEvents"]
 

@@ -32,9 +32,9 @@ from ...engine import InferenceEngine, Usage
 from ...engine.types import new_request_id
 from ...tools import ToolStreamChunk
 from ..exchange import Exchange
+from ..streaming import sse, until_disconnect
 from .bodies import AnswerBodies, usage_body
 from .schemas import SamplingFields
-from ..streaming import sse, until_disconnect
 
 __all__ = [
     "all_or_none",

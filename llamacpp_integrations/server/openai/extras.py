@@ -28,13 +28,11 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...client import chat_plan_factory
 from ...engine import ChatRequest, InferenceEngine, TokenPieceEngine
-from .reasoning import chat_call_options
-from ..errors import ApiError
+from ..errors import invalid_request
 from ..exchange import Exchange, Leases
-from .options import messages_reader
-from .routes import ServerSettings
+from ..settings import ServerSettings
+from .routes import chat_plan
 from .schemas import ChatCompletionBody
 
 __all__ = [
@@ -74,14 +72,12 @@ class DetokenizeBody(BaseModel):
     tokens: list[int]
 
 
-def _bad(message: str, param: str) -> ApiError:
-    return ApiError(400, message, "invalid_request_error", "invalid_request", param)
-
-
 def _checked(engine: InferenceEngine, token: int, param: str) -> int:
     n_vocab = engine.info.n_vocab
     if not 0 <= token < n_vocab:
-        raise _bad(f"{param}: {token} is not a token id of this model (0 to {n_vocab - 1})", param)
+        raise invalid_request(
+            f"{param}: {token} is not a token id of this model (0 to {n_vocab - 1})", param
+        )
     return token
 
 
@@ -171,19 +167,9 @@ class LlamaExtras:
         body = await self.exchange.body(request, ChatCompletionBody)
         model = await leases.take(body.model)
         engine = model.engine
-        context = engine.info.n_ctx_per_seq
-        options = chat_call_options(body, timeout=self.settings.request_timeout, context=context)
         # The chat endpoint's own plan: tools shown (or written into the system message),
         # the reasoning switch set, as its prompt is.
-        build = chat_plan_factory(
-            engine,
-            options,
-            messages_reader(body.messages),
-            image_policy=self.settings.image_policy,
-            facts=model.facts,
-            cut_json="keep",
-            cut_calls="keep",
-        )
+        build = chat_plan(body, model, self.settings)
 
         def render() -> str:
             chat = build().request

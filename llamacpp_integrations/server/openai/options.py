@@ -1,36 +1,28 @@
-"""OpenAI request bodies to the client core's calls: options, messages and images.
+"""OpenAI request bodies to the client core's call options: each body's whole options are
+built here, in one function per body (reasoning included), and nowhere else.
 
 The chat endpoint builds its plan the way the framework adapters do (``client.CallOptions``
 then ``client.chat_plan_factory``), so tools, every ``tool_choice`` (a named function enforced
 by grammar), ``response_format`` and reasoning behave exactly as they do in LangChain and
-LlamaIndex. Images in ``image_url`` parts are read under the server's ``ImagePolicy``.
+LlamaIndex. Its messages are read by ``chat_messages``; its reasoning asks by ``reasoning``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
 from ...client import CallOptions
-from ...engine import CompletionRequest, ImageInput, SamplingParams
-from ...errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
-from ...tools import read_tool_calls
-from ..errors import ApiError
+from ...engine import CompletionRequest, SamplingParams
+from ..errors import invalid_request
 from .field_policy import CHAT_REFUSED, COMPLETION_REFUSED, refuse_unhonoured
+from .reasoning import reasoning_ask
 from .schemas import ChatCompletionBody, CompletionBody, SamplingFields
 
-__all__ = ["chat_options", "completion_options", "completion_request", "messages_reader"]
+__all__ = ["chat_options", "completion_options", "completion_request"]
 
 _SAMPLING = tuple(f.name for f in fields(SamplingParams))
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-_ROLES |= {"tool": "tool", "function": "tool"}
-
-ImageReader = Callable[[Any], ImageInput]
-
-
-def _bad(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, "invalid_request_error", "invalid_request", param)
 
 
 def _given(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,27 +40,39 @@ def _common(body: SamplingFields, timeout: float | None) -> dict[str, Any]:
         try:
             bias = {int(token): value for token, value in body.logit_bias.items()}
         except ValueError:
-            raise _bad("logit_bias keys must be token ids", "logit_bias") from None
+            raise invalid_request("logit_bias keys must be token ids", "logit_bias") from None
     kwargs: dict[str, Any] = {name: getattr(body, name, None) for name in _SAMPLING}
     kwargs |= {"logit_bias": bias, "stop": body.stop, "timeout": timeout, "grammar": body.grammar}
     return kwargs
 
 
-def chat_options(body: ChatCompletionBody, *, timeout: float | None) -> CallOptions:
-    """The call options of a chat completion request.
+def chat_options(
+    body: ChatCompletionBody, *, timeout: float | None, context: int | None = None
+) -> CallOptions:
+    """The call options of a chat completion request, its reasoning asks resolved
+    (``reasoning.reasoning_ask``).
+
+    Args:
+        body: The request's body.
+        timeout: Seconds the generation may take (``None``: no limit).
+        context: The tokens one request of the model may take: the output limit an effort's
+            budget is a share of when the body sets no ``max_tokens`` (``None``: then an effort
+            sets no budget).
 
     Raises:
-        ApiError: a field this server cannot honour.
+        ApiError: a field this server cannot honour, or reasoning asks that disagree.
         InvalidRequestError: options that contradict each other (tools with a response format).
     """
     refuse_unhonoured(body.model_extra, CHAT_REFUSED)
     kwargs = _common(body, timeout)
     kwargs["max_tokens"] = body.max_completion_tokens or body.max_tokens
+    ask = reasoning_ask(body, kwargs["max_tokens"] or context)
     kwargs |= {
         "logprobs": body.logprobs,
         "top_logprobs": body.top_logprobs,
-        "reasoning": body.reasoning,
-        "reasoning_budget": body.reasoning_budget,
+        "reasoning": ask.reasoning,
+        "reasoning_budget": ask.budget,
+        "template_kwargs": ask.template_kwargs or None,
     }
     if body.response_format is not None and body.response_format.get("type") != "text":
         kwargs["response_format"] = body.response_format
@@ -78,7 +82,7 @@ def chat_options(body: ChatCompletionBody, *, timeout: float | None) -> CallOpti
         if body.parallel_tool_calls is not None:
             kwargs["parallel_tool_calls"] = body.parallel_tool_calls
     elif body.tool_choice not in (None, "none", "auto"):
-        raise _bad("tool_choice needs tools", "tool_choice")
+        raise invalid_request("tool_choice needs tools", "tool_choice")
     return CallOptions.merge({}, _given(kwargs), owner="POST /v1/chat/completions")
 
 
@@ -86,9 +90,9 @@ def completion_options(body: CompletionBody, *, timeout: float | None) -> CallOp
     """The call options of a legacy completion request."""
     refuse_unhonoured(body.model_extra, COMPLETION_REFUSED)
     if body.echo:
-        raise _bad("echo is not supported", "echo")
+        raise invalid_request("echo is not supported", "echo")
     if body.suffix:
-        raise _bad("suffix is not supported", "suffix")
+        raise invalid_request("suffix is not supported", "suffix")
     kwargs = _common(body, timeout)
     kwargs |= {"max_tokens": body.max_tokens}
     if body.logprobs is not None:
@@ -106,7 +110,7 @@ def completion_request(body: CompletionBody, options: CallOptions) -> Completion
     elif len(body.prompt) == 1 and isinstance(body.prompt[0], str):
         prompt = body.prompt[0]
     else:
-        raise _bad("prompt must be one string (or one list of token ids)", "prompt")
+        raise invalid_request("prompt must be one string (or one list of token ids)", "prompt")
     return CompletionRequest(
         prompt=prompt,
         sampling=options.sampling,
@@ -116,82 +120,3 @@ def completion_request(body: CompletionBody, options: CallOptions) -> Completion
         logprobs=options.logprobs,
         grammar=options.grammar,
     )
-
-
-def messages_reader(
-    messages: Sequence[Mapping[str, Any]],
-) -> Callable[[ImageReader | None], list[dict[str, Any]]]:
-    """What translates OpenAI messages into the engine's template shape, reading images with
-    the reader the client core gives (``None``: the model takes no images)."""
-
-    def read(read_image: ImageReader | None) -> list[dict[str, Any]]:
-        return [_message(m, i, read_image) for i, m in enumerate(messages)]
-
-    return read
-
-
-def _message(
-    message: Mapping[str, Any], index: int, read_image: ImageReader | None
-) -> dict[str, Any]:
-    param = f"messages[{index}]"
-    role = _ROLES.get(str(message.get("role")))
-    if role is None:
-        raise _bad(f"{param}.role {message.get('role')!r} is not a chat role", f"{param}.role")
-    item: dict[str, Any] = {
-        "role": role,
-        "content": _content(message.get("content"), role, param, read_image),
-    }
-    name = message.get("name")
-    if isinstance(name, str) and name:
-        item["name"] = name
-    reasoning = message.get("reasoning_content")
-    if role == "assistant" and isinstance(reasoning, str) and reasoning:
-        item["reasoning_content"] = reasoning
-    calls = message.get("tool_calls")
-    if role == "assistant" and calls:
-        # Earlier answers' calls, arguments as objects (templates print them so).
-        given = read_tool_calls(calls, where=f"{param}.tool_calls")
-        item["tool_calls"] = [call.to_template() for call in given]
-    if role == "tool":
-        call_id = message.get("tool_call_id")
-        if isinstance(call_id, str):
-            item["tool_call_id"] = call_id
-    return item
-
-
-def _content(
-    content: object, role: str, param: str, read_image: ImageReader | None
-) -> str | list[dict[str, Any]]:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _bad(f"{param}.content must be a string or a list of parts", f"{param}.content")
-    parts: list[dict[str, Any]] = []
-    for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind == "text":
-            parts.append({"type": "text", "text": str(part.get("text", ""))})
-        elif kind == "image_url" and role == "user":
-            url = part.get("image_url")
-            url = url.get("url") if isinstance(url, Mapping) else url
-            if not isinstance(url, str) or not url:
-                raise _bad(f"{param}.content[{i}] names no image URL", f"{param}.content")
-            if read_image is None:
-                raise ImageInputNotSupportedError(
-                    "this model has no image projector (mmproj), so it cannot take image inputs"
-                )
-            parts.append({"type": "image", "image": read_image(url)})
-        elif kind == "refusal" and role == "assistant":
-            continue
-        elif kind is None:
-            raise InvalidRequestError(f"{param}.content[{i}] has no type")
-        else:
-            raise UnsupportedContentError(
-                f"{param}.content[{i}]: parts of type {kind!r} are not supported (text, and "
-                "image_url in user messages, are)"
-            )
-    if any(part["type"] == "image" for part in parts):
-        return parts
-    return "".join(part["text"] for part in parts)

@@ -1,4 +1,5 @@
-"""A chat completion body to its call's options, with its reasoning asks resolved together.
+"""A chat completion body's reasoning asks, resolved together (``options.chat_options`` puts
+them in the call's options).
 
 A reasoning model's thinking can be asked for in three ways, and a request may use any of
 them: ``reasoning`` (this server's extension), ``chat_template_kwargs.enable_thinking``
@@ -22,16 +23,14 @@ it without being detected as a reasoning template.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ...client import CallOptions
-from ..errors import ApiError
+from ..errors import invalid_request
 from ..reasoning_effort import reasoning_switch
-from .options import chat_options
 from .schemas import ChatCompletionBody
 
-__all__ = ["TEMPLATE_EFFORTS", "ReasoningAsk", "chat_call_options", "reasoning_ask"]
+__all__ = ["TEMPLATE_EFFORTS", "ReasoningAsk", "reasoning_ask"]
 
 TEMPLATE_EFFORTS = ("low", "medium", "high")
 """The efforts passed to the template as ``reasoning_effort`` (the values gpt-oss reads)."""
@@ -47,13 +46,9 @@ class ReasoningAsk:
     template_kwargs: dict[str, Any]
 
 
-def _bad(message: str, param: str) -> ApiError:
-    return ApiError(400, message, "invalid_request_error", "invalid_request", param)
-
-
-def reasoning_ask(body: ChatCompletionBody, limit: int) -> ReasoningAsk:
+def reasoning_ask(body: ChatCompletionBody, limit: int | None) -> ReasoningAsk:
     """The reasoning asks of ``body`` resolved (``limit``: the most tokens its answer may
-    take, which an effort's budget is a share of).
+    take, which an effort's budget is a share of; ``None``: no limit, so no share).
 
     Raises:
         ApiError: ``enable_thinking`` that is not a boolean, or asks that disagree.
@@ -66,7 +61,7 @@ def reasoning_ask(body: ChatCompletionBody, limit: int) -> ReasoningAsk:
         thinking = kwargs["enable_thinking"]
         if not isinstance(thinking, bool):
             param = "chat_template_kwargs.enable_thinking"
-            raise _bad(f"{param} must be true or false", param)
+            raise invalid_request(f"{param} must be true or false", param)
         asks.append(("chat_template_kwargs.enable_thinking", thinking))
     switch, budget = reasoning_switch(body.reasoning_effort, limit)
     if switch is not None:
@@ -77,28 +72,9 @@ def reasoning_ask(body: ChatCompletionBody, limit: int) -> ReasoningAsk:
         first, asked = asks[0]
         if value != asked:
             on = "on" if asked else "off"
-            raise _bad(f"{param} disagrees with {first}, which turns reasoning {on}", param)
+            raise invalid_request(
+                f"{param} disagrees with {first}, which turns reasoning {on}", param
+            )
     if body.reasoning_budget is not None:
         budget = body.reasoning_budget
     return ReasoningAsk(asks[0][1] if asks else None, budget, kwargs)
-
-
-def chat_call_options(
-    body: ChatCompletionBody, *, timeout: float | None, context: int
-) -> CallOptions:
-    """The call options of a chat completion request (``context``: the tokens one request
-    of the model may take, the limit of an answer that sets none).
-
-    Raises:
-        ApiError: a field this server cannot honour, or reasoning asks that disagree.
-        InvalidRequestError: options that contradict each other (tools with a response format).
-    """
-    options = chat_options(body, timeout=timeout)
-    limit = body.max_completion_tokens or body.max_tokens or context
-    ask = reasoning_ask(body, limit)
-    return replace(
-        options,
-        reasoning=ask.reasoning,
-        reasoning_budget=ask.budget,
-        template_kwargs=ask.template_kwargs,
-    )

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from ...engine import InferenceEngine, RerankingEngine
 from ..errors import ApiError
 from ..exchange import Exchange, Leases
-from .routes import ServerSettings
+from ..settings import ServerSettings
 from ..streaming import until_disconnect
 
 __all__ = ["RERANK_PATHS", "RerankBody", "RerankDocument", "Reranker", "ranked", "rerank_tokens"]

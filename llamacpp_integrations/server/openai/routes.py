@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ...client import CallPlan, CallResult, agenerate, astream, chat_plan_factory
+from ...client import CallPlan, CallResult, agenerate, astream
 from ...engine import InferenceEngine
-from ...multimodal import ImagePolicy
-from .reasoning import chat_call_options
-from .choices import answer_choices
+from ..chat_messages import messages_reader
 from ..errors import ApiError
 from ..exchange import Exchange, Leases
 from ..metrics import StatsSource
-from .options import completion_options, completion_request, messages_reader
+from ..roster import ModelLease, model_card
+from ..settings import ServerSettings
+from ..streaming import sse, until_disconnect
 from .bodies import (
     AnswerBodies,
     ChatBodies,
@@ -32,29 +32,15 @@ from .bodies import (
     ResponseIds,
     embedding_response,
 )
-from ..roster import model_card
+from .choices import answer_choices
+from .options import chat_options, completion_options, completion_request
 from .schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, SamplingFields
-from ..streaming import sse, until_disconnect
 
-__all__ = ["EmbeddingInputs", "Endpoints", "ServerSettings", "embedding_inputs"]
+__all__ = ["EmbeddingInputs", "Endpoints", "chat_plan", "embedding_inputs"]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """What the server holds every request to.
-
-    Attributes:
-        image_policy: Which image sources ``image_url`` parts may use (in-memory data URIs
-            only, by default).
-        request_timeout: Seconds a generation may take from submission (``None``: no limit).
-    """
-
-    image_policy: ImagePolicy
-    request_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +50,18 @@ class EmbeddingInputs:
 
     texts: list[str]
     tokens: int
+
+
+def chat_plan(
+    body: ChatCompletionBody, model: ModelLease, settings: ServerSettings
+) -> Callable[[], CallPlan]:
+    """What builds the plan of a chat completion on ``model`` (``/apply-template`` renders the
+    same plan's prompt). The model's context bounds an answer that sets no ``max_tokens`` (a
+    reasoning effort's budget is a share of it)."""
+    options = chat_options(
+        body, timeout=settings.request_timeout, context=model.engine.info.n_ctx_per_seq
+    )
+    return settings.chat_plan(model, options, messages_reader(body.messages))
 
 
 class Endpoints:
@@ -116,18 +114,7 @@ class Endpoints:
     async def _chat(self, request: Request, leases: Leases) -> Response:
         body = await self.exchange.body(request, ChatCompletionBody)
         model = await leases.take(body.model)
-        # The context bounds an answer that sets no max_tokens (a reasoning effort's budget).
-        context = model.engine.info.n_ctx_per_seq
-        options = chat_call_options(body, timeout=self.settings.request_timeout, context=context)
-        plan = chat_plan_factory(
-            model.engine,
-            options,
-            messages_reader(body.messages),
-            image_policy=self.settings.image_policy,
-            facts=model.facts,
-            cut_json="keep",  # as OpenAI: a cut answer comes back with finish_reason "length"
-            cut_calls="keep",
-        )
+        plan = chat_plan(body, model, self.settings)
         ids = ResponseIds("chatcmpl", uuid.uuid4().hex[:24], model.name)
         bodies = ChatBodies(ids, logprobs=bool(body.logprobs))
         return await self._generation(request, CHAT, model.engine, plan, body, bodies)

@@ -27,9 +27,6 @@ __all__ = [
     "StreamOptions",
 ]
 
-
-"""OpenAI's ``reasoning_effort`` values (see ``chat_calls`` for what each does here)."""
-
 MAX_CHOICES = 16
 """Most answers one request may ask for (``n``): each is an engine request of its own, so a
 larger ``n`` would let one client fill the engine's queue."""
@@ -81,7 +78,7 @@ class ChatCompletionBody(SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     reasoning: bool | None = None
     reasoning_budget: int | None = Field(default=None, ge=0)
-    reasoning_effort: ReasoningEffort | None = None
+    reasoning_effort: ReasoningEffort | None = None  # what each does: see ``reasoning``
     chat_template_kwargs: dict[str, Any] | None = None
 
 

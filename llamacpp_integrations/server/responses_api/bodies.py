@@ -7,7 +7,7 @@ model's thinking, in ``content`` as ``reasoning_text``: it is the thinking itsel
 (``incomplete_details.reason: "max_output_tokens"``), and so is its last item, which is where
 the cut fell: a function call cut short keeps the arguments written so far.
 
-The streamed events (``responses_api_events``) build their items with the same functions, so a
+The streamed events (``events``) build their items with the same functions, so a
 stream's final response has the shapes of a whole one.
 """
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from ...tools import ToolCallDelta, ToolStreamChunk
 from ..errors import ApiError
 from ..exchange import WireShape
+from ..streaming import named_sse
 from .bodies import (
     ItemStatus,
     ResponseFrame,
@@ -27,7 +28,6 @@ from .bodies import (
     output_text_part,
     reasoning_item,
 )
-from ..streaming import named_sse
 
 __all__ = ["RESPONSES_SHAPE", "ResponseEvents", "error_event"]
 

@@ -1,7 +1,7 @@
 """``POST /v1/responses``: OpenAI's Responses API over the same plan as chat completions.
 
-The body is translated (``responses_api_requests``) into the client core's ``CallOptions`` and
-chat messages, planned by ``client.chat_plan_factory`` and run by ``client.agenerate`` or
+The body is translated into the client core's ``CallOptions`` (``options``) and chat messages
+(``inputs``), planned by ``client.chat_plan_factory`` and run by ``client.agenerate`` or
 ``client.astream`` as ``/v1/chat/completions`` runs them, so tools (a named ``tool_choice``
 enforced by grammar), JSON formats and reasoning behave the same on both. Like the chat
 endpoint, an answer cut by the output limit comes back cut (``cut_json`` and ``cut_calls``
@@ -18,14 +18,15 @@ from collections.abc import AsyncGenerator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...client import CallResult, agenerate, astream, chat_plan_factory
+from ...client import CallResult, agenerate, astream
 from ..exchange import Exchange, Leases
+from ..settings import ServerSettings
+from ..streaming import until_disconnect
 from .bodies import response_frame, whole_response
 from .events import RESPONSES_SHAPE, ResponseEvents
-from .inputs import refuse_unsupported, responses_messages_reader, responses_options
+from .inputs import responses_messages_reader
+from .options import refuse_unsupported, responses_options
 from .schemas import ResponsesBody
-from ..openai.routes import ServerSettings
-from ..streaming import until_disconnect
 
 __all__ = ["RESPONSES", "ResponsesApi"]
 
@@ -54,15 +55,7 @@ class ResponsesApi:
         options = responses_options(
             body, context=engine.info.n_ctx_per_seq, timeout=self.settings.request_timeout
         )
-        plan = chat_plan_factory(
-            engine,
-            options,
-            messages,
-            image_policy=self.settings.image_policy,
-            facts=model.facts,
-            cut_json="keep",  # a cut answer comes back as an incomplete response
-            cut_calls="keep",
-        )
+        plan = self.settings.chat_plan(model, options, messages)  # cut: an incomplete response
         frame = response_frame(body, options, model.name)
         if not body.stream:
             result: CallResult = await until_disconnect(request, agenerate(engine, plan))

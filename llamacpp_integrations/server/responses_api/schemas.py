@@ -1,7 +1,7 @@
 """The request body of OpenAI's Responses API (``POST /v1/responses``), as pydantic models.
 
 Only the body's outline is typed here: ``input``, ``tools`` and ``tool_choice`` are read item by
-item by the translation (``responses_api_requests``), so a mistake inside them is answered with
+item by the translation (``inputs``, ``options``), so a mistake inside them is answered with
 the path of the item at fault (``input[2].content[0].image_url``), not with pydantic's account
 of every union member it tried.
 
@@ -86,7 +86,7 @@ class ResponsesBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    input: Any  # a string or a list of items, read by responses_api_requests
+    input: Any  # a string or a list of items, read by inputs
     instructions: str | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
