@@ -39,7 +39,7 @@ from ..client import (
     or_default,
 )
 from ..client.settings import SAMPLING_SETTINGS
-from ..engine import ChatRequest, InferenceEngine
+from ..engine import ChatRequest, InferenceEngine, Timings, Usage
 from ..errors import LlamaCppIntegrationError
 from ..models import MMPROJ_AUTO, GGUFInfo, cached_model_info, resolve_mmproj_path
 from ..multimodal import image_reader_for
@@ -69,6 +69,35 @@ def _shows_reasoning(template: str) -> bool:
         return detect_reasoning(ChatTemplates(template)) is not None
     except LlamaCppIntegrationError:
         return False
+
+
+def _message_fields(name: str, answer: CallResult | ToolStreamChunk) -> dict[str, Any]:
+    """The fields a whole answer's ``AIMessage`` and a stream's ``AIMessageChunk`` share, built
+    one way so that a stream adds up to the whole answer: text, id and reasoning; on the message
+    that ends the answer (it has a finish reason), usage and response metadata; and the
+    log-probabilities, when asked for (a chunk's own, which may be none)."""
+    usage: Usage | None
+    timings: Timings | None
+    if isinstance(answer, CallResult):  # its numbers are on its completion
+        done = answer.completion
+        text, usage, timings, logprobs = answer.content, done.usage, done.timings, done.logprobs
+        request_id = done.request_id
+    else:  # only a stream's last chunk has usage and timings
+        text, usage, timings = answer.text, answer.usage, answer.timings
+        logprobs, request_id = answer.logprobs or None, answer.request_id
+    reasoning = {"reasoning_content": answer.reasoning} if answer.reasoning else {}
+    fields: dict[str, Any] = {"content": text, "id": request_id, "additional_kwargs": reasoning}
+    metadata: dict[str, Any] = {}
+    if answer.finish_reason is not None:
+        assert usage is not None  # the engine's last chunk, like a completion, carries usage
+        fields["usage_metadata"] = usage_metadata(usage)
+        metadata = response_metadata(name, answer.finish_reason, timings, logprobs)
+        if answer.repeats_prevented:
+            metadata["repeated_calls_prevented"] = answer.repeats_prevented
+    elif logprobs is not None:
+        metadata["logprobs"] = {"content": openai_logprobs(logprobs)}
+    fields["response_metadata"] = metadata
+    return fields
 
 
 class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings):
@@ -341,51 +370,24 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     # ---- LangChain objects ----------------------------------------------------------------
 
     def _chat_result(self, result: CallResult, name: str) -> ChatResult:
-        completion = result.completion
-        additional: dict[str, Any] = {}
-        if result.reasoning:
-            additional["reasoning_content"] = result.reasoning
+        fields = _message_fields(name, result)
         if result.tool_calls:
-            additional["tool_calls"] = openai_tool_calls(result.tool_calls)
-        metadata = response_metadata(
-            name, result.finish_reason, completion.timings, completion.logprobs
-        )
-        if result.repeats_prevented:
-            metadata["repeated_calls_prevented"] = result.repeats_prevented
+            fields["additional_kwargs"]["tool_calls"] = openai_tool_calls(result.tool_calls)
         message = AIMessage(
-            content=result.content,
             tool_calls=tool_calls_to_langchain(result.tool_calls),
             invalid_tool_calls=invalid_tool_calls(result.invalid_calls),
-            additional_kwargs=additional,
-            usage_metadata=usage_metadata(completion.usage),
-            response_metadata=metadata,
-            id=completion.request_id,
+            **fields,
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _chunk(self, piece: ToolStreamChunk, name: str) -> tuple[ChatGenerationChunk, str]:
         """The LangChain chunk of a piece, and the new text callbacks hear of (``""``:
         nothing to report)."""
-        last = piece.finish_reason is not None
         message = AIMessageChunk(
-            content=piece.text,
             tool_call_chunks=tool_call_chunks(piece.tool_call_deltas),
-            id=piece.request_id,
-            chunk_position="last" if last else None,
+            chunk_position="last" if piece.finish_reason is not None else None,
+            **_message_fields(name, piece),
         )
-        if piece.reasoning:
-            message.additional_kwargs["reasoning_content"] = piece.reasoning
-        if last:
-            assert piece.usage is not None  # the engine's last chunk always carries usage
-            message.usage_metadata = usage_metadata(piece.usage)
-            message.response_metadata = response_metadata(
-                name, piece.finish_reason, piece.timings, None
-            )
-            if piece.repeats_prevented:
-                message.response_metadata["repeated_calls_prevented"] = piece.repeats_prevented
-        if piece.logprobs:
-            message.response_metadata.setdefault("logprobs", {"content": []})
-            message.response_metadata["logprobs"]["content"] += openai_logprobs(piece.logprobs)
         return ChatGenerationChunk(message=message), piece.text
 
     # ---- tools and structured output ------------------------------------------------------

@@ -4,25 +4,58 @@
 methods, so an engine offers a capability only by having its methods. A ``ReplayEngine`` is
 made of the class ``capability_class`` builds: the engine class with the mixins of the
 capabilities the recorded (or wrapped) engine has, and no others.
+
+The mixins answer through the engine's ``_value`` and ``_avalue`` (``Answering``), so this
+module needs nothing of ``replay.py``, which imports it: the imports run one way.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
-from ..engine.interface import ChunkingEngine, RerankingEngine, TokenPieceEngine
-from .replay import ReplayEngine
+from ..engine.interface import ChunkingEngine, InferenceEngine, RerankingEngine, TokenPieceEngine
+from .fingerprint import Fingerprint
 
-__all__ = ["CAPABILITY_MIXINS", "capability_class"]
+__all__ = ["CAPABILITY_MIXINS", "Answering", "Live", "capability_class"]
+
+T = TypeVar("T")
+E = TypeVar("E")
+# What the real engine behind a RecordingEngine is asked when the cassette has no answer.
+Live = Callable[[InferenceEngine], T]
 
 
-class _Reranks(ReplayEngine):
+class Answering(Protocol):
+    """What a capability mixin needs of the engine it is mixed into (a ``ReplayEngine``): one
+    call's answer, recorded or live, sync and async."""
+
+    def _value(
+        self,
+        kind: str,
+        request: Fingerprint,
+        live: Live[T],
+        *,
+        encode: Callable[[T], Any] = ...,
+        decode: Callable[[Any], T] = ...,
+    ) -> T: ...
+
+    async def _avalue(
+        self,
+        kind: str,
+        request: Fingerprint,
+        live: Live[Awaitable[T]],
+        *,
+        encode: Callable[[T], Any] = ...,
+        decode: Callable[[Any], T] = ...,
+    ) -> T: ...
+
+
+class _Reranks:
     """``RerankingEngine``: scores recorded per query and documents."""
 
     def rerank(
-        self,
+        self: Answering,
         query: str,
         documents: Sequence[str],
         *,
@@ -39,7 +72,7 @@ class _Reranks(ReplayEngine):
         )
 
     async def arerank(
-        self,
+        self: Answering,
         query: str,
         documents: Sequence[str],
         *,
@@ -56,7 +89,7 @@ class _Reranks(ReplayEngine):
         )
 
 
-class _Chunks(ReplayEngine):
+class _Chunks:
     """``ChunkingEngine``: ``embed`` takes ``chunk``, which is part of the request."""
 
     @property
@@ -64,7 +97,7 @@ class _Chunks(ReplayEngine):
         return True
 
     def embed(
-        self,
+        self: Answering,
         texts: Sequence[str],
         *,
         normalize: bool = True,
@@ -82,7 +115,7 @@ class _Chunks(ReplayEngine):
         )
 
     async def aembed(
-        self,
+        self: Answering,
         texts: Sequence[str],
         *,
         normalize: bool = True,
@@ -100,10 +133,10 @@ class _Chunks(ReplayEngine):
         )
 
 
-class _TokenPieces(ReplayEngine):
+class _TokenPieces:
     """``TokenPieceEngine``: a token's raw bytes, written as a list of byte values."""
 
-    def token_piece(self, token: int, *, special: bool = True) -> bytes:
+    def token_piece(self: Answering, token: int, *, special: bool = True) -> bytes:
         return self._value(
             "token_piece",
             {"token": token, "special": special},
@@ -113,20 +146,21 @@ class _TokenPieces(ReplayEngine):
         )
 
 
-CAPABILITY_MIXINS: dict[str, type[ReplayEngine]] = {
+CAPABILITY_MIXINS: dict[str, type] = {
     "chunk": _Chunks,
     "rerank": _Reranks,
     "token_piece": _TokenPieces,
 }
 
 
-_made: dict[tuple[type[ReplayEngine], frozenset[str]], type[ReplayEngine]] = {}
+_made: dict[tuple[type, frozenset[str]], type] = {}
 _lock = threading.Lock()
 
 
-def capability_class(base: type[ReplayEngine], capabilities: frozenset[str]) -> type[ReplayEngine]:
-    """``base`` with the methods of ``capabilities`` (``"rerank"``, ``"chunk"``,
-    ``"token_piece"``), made once per combination; ``base`` itself when there are none."""
+def capability_class(base: type[E], capabilities: frozenset[str]) -> type[E]:
+    """``base`` (a ``ReplayEngine`` class) with the methods of ``capabilities`` (``"rerank"``,
+    ``"chunk"``, ``"token_piece"``), made once per combination; ``base`` itself when there are
+    none."""
     mixins = tuple(
         CAPABILITY_MIXINS[name] for name in sorted(capabilities & CAPABILITY_MIXINS.keys())
     )
@@ -135,9 +169,9 @@ def capability_class(base: type[ReplayEngine], capabilities: frozenset[str]) -> 
     with _lock:
         made = _made.get((base, capabilities))
         if made is None:
-            # The mixins subclass ReplayEngine; ``base`` (maybe RecordingEngine) comes after
-            # them but before ReplayEngine in the method order, so its overrides win.
+            # The mixins come first in the method order, so their methods (``embed`` with
+            # ``chunk``) replace the base's.
             name = base.__name__
             namespace = {"__module__": base.__module__, "__qualname__": name}
             made = _made[base, capabilities] = type(name, (*mixins, base), namespace)
-        return made
+        return cast("type[E]", made)

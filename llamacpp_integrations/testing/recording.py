@@ -29,12 +29,12 @@ from ..engine.interface import ChunkingEngine, InferenceEngine, RerankingEngine,
 from ..engine.results import ModelInfo, StreamChunk
 from ..engine.types import GenerationRequest
 from ..errors import InvalidRequestError
-from .capabilities import capability_class
+from .capabilities import Live, capability_class
 from .cassette import Cassette, EngineRecord, Interaction
 from .fingerprint import Fingerprint
 from .matching import GENERATION_KINDS, MatchOptions
 from .records import chunk_to_json, error_to_json
-from .replay import Live, ReplayEngine
+from .replay import ReplayEngine
 
 __all__ = ["RecordMode", "RecordingEngine", "capabilities_of"]
 

@@ -26,11 +26,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequ
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..engine.interface import InferenceEngine, PromptRequest
+from ..engine.interface import PromptRequest
 from ..engine.results import Completion, ModelInfo, StreamChunk
 from ..engine.types import ChatRequest, GenerationRequest
 from ..errors import CassetteError, EngineClosedError
 from ..prompts.chat_rendering import ChatTemplates
+from .capabilities import Live, capability_class
 from .cassette import Cassette, EngineRecord, Interaction
 from .fingerprint import (
     Fingerprint,
@@ -49,8 +50,6 @@ from .records import (
 __all__ = ["ReplayEngine"]
 
 T = TypeVar("T")
-# What the real engine behind a RecordingEngine is asked when the cassette has no answer.
-Live = Callable[[InferenceEngine], T]
 
 
 def _same(value: Any) -> Any:
@@ -83,8 +82,6 @@ class ReplayEngine:
         loaded = cassette if isinstance(cassette, Cassette) else Cassette.load(cassette)
         if loaded.engine is None:
             raise CassetteError(f"{loaded!r} has no recorded engine: it cannot be replayed")
-        from .capabilities import capability_class  # its classes subclass this one
-
         engine = object.__new__(capability_class(cls, loaded.engine.capabilities))
         engine._cassette = loaded
         return engine
