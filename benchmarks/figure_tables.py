@@ -52,3 +52,178 @@ def serve_latency(results: Results) -> str:
             f"{peer['rejected_429']} of {peer['requests']} |"
         )
     return "\n".join(lines)
+
+
+# --- the guides' tables (docs/guides/embeddings.md, speculative.md) --------------------------
+
+
+def _model_name(spec: str) -> str:
+    """A model file as the guides name it: ``SmolLM2-135M-Instruct Q4_1``."""
+    if spec.endswith(".gguf"):
+        stem, _, quant = spec[: -len(".gguf")].rpartition(".")
+        return f"{stem} {quant}" if stem else quant
+    return spec
+
+
+def embedding_corpus_rates(results: Results) -> str:
+    """docs/guides/embeddings.md: the corpus indexed by ``Engine.embed`` and by llama-server
+    (turns without a chat), against llama-bench's prompt processing, with how the single turns
+    (all of them) compared."""
+    lines = [
+        "| model | tokens | ours texts/s | ours tokens/s | llama-server tokens/s "
+        "| ceiling tokens/s | ours / llama-server | ours / ceiling "
+        "| turns ours was faster | one turn, ours / llama-server |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for stem in ("embedding_corpus", "embedding_corpus_encoder"):
+        document = results[stem]
+        ours, server = (
+            document["ours"]["seconds_per_chunk"],
+            document["server"]["seconds_per_chunk"],
+        )
+        turns = [theirs / mine for mine, theirs in zip(ours, server, strict=True)]
+        ceiling = str(document["ceiling"]).removeprefix("llama-bench ").split(",")[0]
+        lines.append(
+            f"| {_model_name(document['settings']['model'])} "
+            f"| {document['settings']['tokens']:,} "
+            f"| {document['ours_texts_per_s']:,.{2 if document['ours_texts_per_s'] < 10 else 0}f} "
+            f"| {document['ours_tps']:,.0f} | {document['server_tps']:,.0f} "
+            f"| {document['ceiling_tps']:,.0f} ({ceiling}) "
+            f"| {_ratio(document['ours_tps'], document['server_tps'])} "
+            f"| {_ratio(document['ours_tps'], document['ceiling_tps'])} "
+            f"| {sum(turn > 1 for turn in turns)} of {len(turns)} "
+            f"| {min(turns):.2f}x to {max(turns):.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def embedding_chats_alongside(results: Results) -> str:
+    """docs/guides/embeddings.md: a chat's speed while the corpus is indexed and alone."""
+    document = results["embedding_corpus"]
+    lines = [
+        "| chat while embedding / alone | tokens/s, median | ratio (worst) |",
+        "|---|---:|---:|",
+    ]
+    for label, key in (
+        ("decode rate (tokens after the first, first to last)", "decode_tps"),
+        ("whole request (from the call, waiting included)", "tps"),
+    ):
+        during, alone = document[f"chat_during_{key}"], document[f"chat_alone_{key}"]
+        worst = document[f"chat_during_{key}_worst"]
+        lines.append(
+            f"| {label} | {during:.1f} / {alone:.1f} "
+            f"| {_ratio(during, alone)} ({_ratio(worst, alone)}) |"
+        )
+    return "\n".join(lines)
+
+
+def embedding_ctx_cost_idle(results: Results) -> str:
+    """docs/guides/embeddings.md: one short text's embed at each ``embedding_n_ctx``, idle."""
+    lines = [
+        "| `embedding_n_ctx` | `Engine.embed`, first call (makes the context) "
+        "| `Engine.embed`, later calls | decode, cells cleared (what the engine does) "
+        "| decode, data cleared | of which the clear |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["embedding_ctx_cost"]["rows"]:
+        lines.append(
+            f"| {row['n_ctx']} | {row['engine_first_ms']:.0f} ms | {row['engine_ms']:.1f} ms "
+            f"| {row['cells_embed_ms']:.1f} ms | {row['data_embed_ms']:.1f} ms "
+            f"| {row['data_clear_ms']:.1f} ms |"
+        )
+    return "\n".join(lines)
+
+
+def embedding_ctx_cost_busy(results: Results) -> str:
+    """docs/guides/embeddings.md: the same with one core busy, this code and ``6bc73e9``'s."""
+    lines = [
+        "| code | round | `embedding_n_ctx` | `Engine.embed`, later calls "
+        "| bare decode, cells cleared | bare decode, data cleared | 64 short texts |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for stem, code in (
+        ("embedding_ctx_cost_busy", "current"),
+        ("embedding_ctx_cost_busy_6bc73e9", "`6bc73e9`"),
+    ):
+        for row in results[stem]["rows"]:
+            lines.append(
+                f"| {code} | {row['round']} | {row['n_ctx']} | {row['engine_ms']:.1f} ms "
+                f"| {row['cells_embed_ms']:.1f} ms | {row['data_embed_ms']:.1f} ms "
+                f"| {row['short_texts_per_s']:.1f} texts/s |"
+            )
+    return "\n".join(lines)
+
+
+_SPECULATIVE_WORKLOADS = (
+    ("quote", "(a) quote a 600-token document, 1 stream"),
+    ("chat", "(b) free chat, 1 stream"),
+    ("json", "(d) (a)'s JSON questions under a schema grammar, 1 stream"),
+    ("mixed8", "(c) mixed, 8 concurrent"),
+    ("mixed16", "(c) mixed, 16 concurrent"),
+)
+
+
+def speculative_workloads(results: Results) -> str:
+    """docs/guides/speculative.md: ours with n-gram speculation and without, per workload."""
+    ours = results["speculative"]["ours"]
+    lines = [
+        '| workload | `"ngram"` tok/s | off tok/s | ratio | drafts accepted (drafted) |',
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, label in _SPECULATIVE_WORKLOADS:
+        row = ours[key]
+        if not row["drafted"]:
+            drafts = "none drafted"
+        elif key.startswith("mixed"):  # a handful: a share of them says nothing
+            drafts = f"{row['drafted']} drafted"
+        else:
+            drafts = f"{row['acceptance'] * 100:.0f}% ({row['drafted']:,})"
+        lines.append(
+            f"| {label} | {row['ngram']:.1f} | {row['off']:.1f} "
+            f"| {_ratio(row['ngram'], row['off'])} | {drafts} |"
+        )
+    return "\n".join(lines)
+
+
+_SPECULATIVE_PEERS = {
+    "ours, speculative=ngram": 'ours, `speculative="ngram"`',
+    "ours, speculative=None": "ours, off",
+    "llama-server": "`llama-server`",
+    "llama-server ngram-simple": (
+        "`llama-server --spec-type ngram-simple` (n 3, m 8, draft max 8)"
+    ),
+    "llama-cpp-python Llama": "llama-cpp-python `Llama`",
+    "Llama + PromptLookup": "`Llama` + `LlamaPromptLookupDecoding(num_pred_tokens=8)`",
+    "llama-bench tg128 (C++)": "`llama-bench` tg128 (C++, empty context)",
+}
+
+
+def speculative_peers(results: Results) -> str:
+    """docs/guides/speculative.md: single-stream speed against the peers (ratio: ours with
+    ``"ngram"`` over the peer)."""
+    document = results["speculative"]
+    ours = document["ours"]
+    lines = [
+        "| peer | (a) quote tok/s | ours / peer | (b) chat tok/s | ours / peer |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for peer in document["peers"]:
+        cells = [_SPECULATIVE_PEERS.get(peer["peer"], peer["peer"])]
+        for workload in ("quote", "chat"):
+            rate = peer[workload]
+            if rate is not None:
+                cells += [f"{rate:.1f}", _ratio(ours[workload]["ngram"], rate)]
+            elif workload == "quote":  # it ran neither: it failed on the first
+                cells += ["failed", ""]
+            else:
+                cells += ["", ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def prompt_cache_ttft(results: Results) -> str:
+    """docs/guides/speculative.md: time to first token cold, warm and after a restart."""
+    lines = ["| case | time to first token | vs cold |", "|---|---:|---:|"]
+    for row in results["prompt_cache"]["rows"]:
+        lines.append(f"| {row['case']} | {row['ttft_ms']:,.0f} ms | {row['vs_cold']:.2f}x |")
+    return "\n".join(lines)
