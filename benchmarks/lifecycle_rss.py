@@ -20,7 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import results
+
 MiB = 1024**2
+ADAPTER = "ChatLlamaCpp with its default settings, temperature 0"
+MAX_TOKENS = 8
+PROMPT = "Hello"
 
 
 def rss_bytes() -> int:
@@ -46,10 +51,10 @@ def measure(model: str) -> dict[str, Any]:
 
     path = str(resolve_model_path(model).resolve())
     before = rss_bytes()
-    with ChatLlamaCpp(model=model, temperature=0, max_tokens=8) as llm:
+    with ChatLlamaCpp(model=model, temperature=0, max_tokens=MAX_TOKENS) as llm:
         engine = llm.binding.get()
         # Raw text: one of the test models has no chat template.
-        engine.generate(CompletionRequest(prompt="Hello", max_tokens=8))
+        engine.generate(CompletionRequest(prompt=PROMPT, max_tokens=MAX_TOKENS))
         loaded = rss_bytes()
         info = engine.info
         mapped = mappings(path)
@@ -99,8 +104,14 @@ def main(argv: list[str] | None = None) -> None:
             f"| {row['model']} | {row['n_ctx_per_seq']} | {row['rss_before'] / MiB:.0f} MiB "
             f"| {row['rss_loaded'] / MiB:.0f} MiB | {row['rss_after_close'] / MiB:.0f} MiB |"
         )
-    if args.json:
-        args.json.write_text(json.dumps({"benchmark": "lifecycle_rss", "runs": rows}, indent=2))
+    # With the machine and commit measured (results.write), as every results file.
+    settings = {
+        "models": args.models.split(","),
+        "adapter": ADAPTER,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+    }
+    results.write(args.json, "lifecycle_rss", settings, runs=rows)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("LLAMACPP_INTEGRATIONS_MODELS", str(ROOT / ".cache" / "models"))
 
+import results  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from llamacpp_integrations import client  # noqa: E402
@@ -430,17 +432,22 @@ def settle(measure: Callable[[], int], target: int, timeout: float = 10) -> int:
     return value
 
 
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The engine under the load (written to the results with the load's own settings).
+ENGINE_SETTINGS: dict[str, Any] = {
+    "n_seq_max": 4,
+    "n_ctx_per_seq": 1024,
+    "max_queued": 8,
+    "embedding_n_seq_max": 8,
+}
+
+
 def soak(
     minutes: float, threads: int, tasks: int, seed: int, rss_bound_mb: float
 ) -> dict[str, Any]:
-    model = models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    model = models_dir() / MODEL_FILE
     config = EngineConfig(
-        model=str(model),
-        mmproj=str(cached_tiny_projector("mlp", 576)),
-        n_seq_max=4,
-        n_ctx_per_seq=1024,
-        max_queued=8,
-        embedding_n_seq_max=8,
+        model=str(model), mmproj=str(cached_tiny_projector("mlp", 576)), **ENGINE_SETTINGS
     )
     ledger = Ledger()
     t0 = time.monotonic()
@@ -600,9 +607,20 @@ def main() -> int:
     args = parser.parse_args()
     report = soak(args.minutes, args.threads, args.tasks, args.seed, args.rss_bound_mb)
     print_summary(report)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    settings = {
+        "model": MODEL_FILE,
+        "mmproj": "the tests' tiny random-weight projector (mlp, 576)",
+        **ENGINE_SETTINGS,
+        "minutes": args.minutes,
+        "threads": args.threads,
+        "tasks": args.tasks,
+        "seed": args.seed,
+        "rss_bound_mb": args.rss_bound_mb,
+    }
+    # With the machine and commit measured (results.write), as every results file.
+    results.write(
+        args.json, "soak", settings, **{k: v for k, v in report.items() if k != "benchmark"}
+    )
     return 0 if all(report["checks"].values()) else 1
 
 
