@@ -101,7 +101,7 @@ class Exchange:
     ) -> Response:
         """``handler``'s answer, counted under ``endpoint``; a failure is answered in
         ``shape``. The models it leased are given back when the answer ends."""
-        self.metrics.in_flight += 1
+        self.metrics.in_flight.inc()
         leases = Leases(self.roster)
         streaming = False
         try:
@@ -116,7 +116,7 @@ class Exchange:
             return self.failed(endpoint, error, shape)
         finally:
             if not streaming:
-                self.metrics.in_flight -= 1
+                self.metrics.in_flight.dec()
                 leases.release_all()
 
     def failed(self, endpoint: str, error: BaseException, shape: WireShape) -> Response:
@@ -151,7 +151,7 @@ class Exchange:
                 await pieces.aclose()
 
         def closed(client_gone: bool) -> None:
-            self.metrics.in_flight -= 1
+            self.metrics.in_flight.dec()
             outcome = "disconnected" if client_gone else "error" if state["error"] else "ok"
             self.metrics.finished(endpoint, outcome)
 

@@ -1,8 +1,11 @@
-"""The server's Prometheus metrics, kept by hand and written in the text exposition format.
+"""The server's Prometheus metrics, kept and written by ``prometheus_client``.
 
-Counters and histograms are updated on the event loop only (every handler runs there), so
-they need no lock. Queue depth and running sequences are read from the engine when it
-publishes stats (the local engine does; any engine with a ``stats()`` method will).
+Each app has its own ``CollectorRegistry`` (``ServerMetrics.registry``): nothing is registered
+in the library's global default registry, so two apps in one process (tests, an embedding
+application) count apart. The counters and histograms are updated on the event loop (every
+handler runs there). Queue depth, running sequences and decode steps are read from the engine
+when ``/metrics`` is asked, when it publishes stats (the local engine does; any engine with a
+``stats()`` method will).
 
 Latencies have one definition, the engine's (``Timings``), whether the answer was sent whole or
 streamed: time to first token is ``Timings.time_to_first_token_s`` (from the engine taking the
@@ -13,14 +16,18 @@ answer ends.
 
 from __future__ import annotations
 
-import bisect
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..engine import EngineStats, Timings, Usage
 
-__all__ = ["Histogram", "ServerMetrics", "StatsSource"]
+__all__ = ["CONTENT_TYPE", "ServerMetrics", "StatsSource", "outcome_of"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The text exposition format ``generate_latest`` writes, which every Prometheus scraper reads."""
 
 # Seconds: TTFT spans queueing and prompt reading; inter-token gaps are one decode step.
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -34,52 +41,66 @@ class StatsSource(Protocol):
     def stats(self) -> EngineStats: ...
 
 
-class Histogram:
-    """A cumulative histogram with fixed upper bounds, as Prometheus has them."""
+class _EngineGauges:
+    """The engine's own numbers at one scrape, as a collector ``generate_latest`` reads."""
 
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
-        self.total = 0.0
+    def __init__(self, stats: EngineStats) -> None:
+        self.stats = stats
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def lines(self, name: str) -> list[str]:
-        out, running = [], 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            running += count
-            le = "+Inf" if bound == float("inf") else repr(bound)
-            out.append(f'{name}_bucket{{le="{le}"}} {running}')
-        out += [f"{name}_sum {self.total!r}", f"{name}_count {running}"]
-        return out
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "llamacpp_queue_depth", "Requests waiting for a free sequence.", self.stats.waiting
+        )
+        yield GaugeMetricFamily(
+            "llamacpp_running_sequences", "Requests being decoded.", self.stats.running
+        )
+        yield CounterMetricFamily(
+            "llamacpp_decode_steps", "Decode steps run by the engine.", self.stats.steps
+        )
 
 
 class ServerMetrics:
-    """What ``GET /metrics`` reports."""
+    """What ``GET /metrics`` reports, in a registry of the app's own."""
 
     def __init__(self) -> None:
-        self.requests: Counter[tuple[str, str]] = Counter()
-        self.in_flight = 0
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.inter_token = Histogram(ITL_BUCKETS)
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "llamacpp_requests",
+            "Requests answered, by endpoint and outcome.",
+            ("endpoint", "outcome"),
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "llamacpp_requests_in_flight", "HTTP requests being served now.", registry=self.registry
+        )
+        self.prompt_tokens = Counter(
+            "llamacpp_prompt_tokens", "Prompt tokens read.", registry=self.registry
+        )
+        self.completion_tokens = Counter(
+            "llamacpp_completion_tokens", "Tokens generated.", registry=self.registry
+        )
+        self.ttft = Histogram(
+            "llamacpp_time_to_first_token_seconds",
+            "Engine submission to the first token (queueing and prompt reading included).",
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.inter_token = Histogram(
+            "llamacpp_inter_token_seconds",
+            "Mean time between the tokens of one answer.",
+            buckets=ITL_BUCKETS,
+            registry=self.registry,
+        )
 
     def finished(self, endpoint: str, outcome: str) -> None:
         """Count one request by its endpoint and outcome (``ok``, ``bad_request``,
         ``overloaded``, ``timeout``, ``cancelled``, ``error``, ``unauthorized``...)."""
-        self.requests[(endpoint, outcome)] += 1
+        self.requests.labels(endpoint=endpoint, outcome=outcome).inc()
 
     def tokens(self, prompt: int, completion: int) -> None:
         """Count tokens read and generated."""
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
+        self.prompt_tokens.inc(prompt)
+        self.completion_tokens.inc(completion)
 
     def answered(self, usage: Usage | None, timings: Timings | None) -> None:
         """One finished answer (whole or the last piece of a stream): its tokens, its time to
@@ -92,49 +113,17 @@ class ServerMetrics:
         if usage is not None and usage.completion_tokens > 1:
             self.inter_token.observe(timings.generation_s / (usage.completion_tokens - 1))
 
+    def value(self, name: str, **labels: str) -> float:
+        """One sample's value as the exposition writes it (``llamacpp_prompt_tokens_total``,
+        ``llamacpp_time_to_first_token_seconds_count``...), 0 when it has none yet."""
+        return self.registry.get_sample_value(name, labels) or 0.0
+
     def render(self, stats: EngineStats | None) -> str:
         """The text exposition of every metric (engine gauges only when ``stats`` is given)."""
-        lines = [
-            "# HELP llamacpp_requests_total Requests answered, by endpoint and outcome.",
-            "# TYPE llamacpp_requests_total counter",
-        ]
-        for (endpoint, outcome), count in sorted(self.requests.items()):
-            lines.append(
-                f'llamacpp_requests_total{{endpoint="{endpoint}",outcome="{outcome}"}} {count}'
-            )
-        lines += [
-            "# HELP llamacpp_requests_in_flight HTTP requests being served now.",
-            "# TYPE llamacpp_requests_in_flight gauge",
-            f"llamacpp_requests_in_flight {self.in_flight}",
-            "# HELP llamacpp_prompt_tokens_total Prompt tokens read.",
-            "# TYPE llamacpp_prompt_tokens_total counter",
-            f"llamacpp_prompt_tokens_total {self.prompt_tokens}",
-            "# HELP llamacpp_completion_tokens_total Tokens generated.",
-            "# TYPE llamacpp_completion_tokens_total counter",
-            f"llamacpp_completion_tokens_total {self.completion_tokens}",
-        ]
+        text = generate_latest(self.registry)
         if stats is not None:
-            lines += [
-                "# HELP llamacpp_queue_depth Requests waiting for a free sequence.",
-                "# TYPE llamacpp_queue_depth gauge",
-                f"llamacpp_queue_depth {stats.waiting}",
-                "# HELP llamacpp_running_sequences Requests being decoded.",
-                "# TYPE llamacpp_running_sequences gauge",
-                f"llamacpp_running_sequences {stats.running}",
-                "# HELP llamacpp_decode_steps_total Decode steps run by the engine.",
-                "# TYPE llamacpp_decode_steps_total counter",
-                f"llamacpp_decode_steps_total {stats.steps}",
-            ]
-        lines += [
-            "# HELP llamacpp_time_to_first_token_seconds Engine submission to the first token "
-            "(queueing and prompt reading included).",
-            "# TYPE llamacpp_time_to_first_token_seconds histogram",
-            *self.ttft.lines("llamacpp_time_to_first_token_seconds"),
-            "# HELP llamacpp_inter_token_seconds Mean time between the tokens of one answer.",
-            "# TYPE llamacpp_inter_token_seconds histogram",
-            *self.inter_token.lines("llamacpp_inter_token_seconds"),
-        ]
-        return "\n".join(lines) + "\n"
+            text += generate_latest(_EngineGauges(stats))
+        return text.decode()
 
 
 def outcome_of(status: int) -> str:

@@ -31,7 +31,7 @@ from llamacpp_integrations.errors import (
 from llamacpp_integrations.server import ERROR_TABLE, ApiError, create_app
 from llamacpp_integrations.server.chat_messages import messages_reader
 from llamacpp_integrations.server.errors import api_error_of
-from llamacpp_integrations.server.metrics import Histogram, ServerMetrics
+from llamacpp_integrations.server.metrics import ServerMetrics
 from llamacpp_integrations.server.openai.options import chat_options
 from llamacpp_integrations.server.openai.schemas import ChatCompletionBody
 
@@ -184,17 +184,16 @@ def test_messages_translate_with_calls_parsed_and_images_refused_without_a_reade
 
 
 def test_histograms_are_cumulative_and_metrics_render() -> None:
-    histogram = Histogram((0.1, 1.0))
-    for value in (0.05, 0.5, 5.0):
-        histogram.observe(value)
-    assert histogram.lines("h")[:3] == [
-        'h_bucket{le="0.1"} 1',
-        'h_bucket{le="1.0"} 2',
-        'h_bucket{le="+Inf"} 3',
-    ]
     metrics = ServerMetrics()
+    for value in (0.005, 0.03, 50.0):
+        metrics.ttft.observe(value)
     metrics.finished("/v1/x", "ok")
     text = metrics.render(None)
+    ttft = "llamacpp_time_to_first_token_seconds_bucket"
+    assert f'{ttft}{{le="0.01"}} 1.0' in text and f'{ttft}{{le="0.05"}} 2.0' in text
+    assert f'{ttft}{{le="+Inf"}} 3.0' in text
+    # Each app counts in a registry of its own.
+    assert ServerMetrics().value("llamacpp_requests_total", endpoint="/v1/x", outcome="ok") == 0
     assert 'llamacpp_requests_total{endpoint="/v1/x",outcome="ok"} 1' in text
     assert "llamacpp_queue_depth" not in text  # no engine stats, no engine gauges
 
@@ -238,10 +237,14 @@ def test_latencies_have_one_definition_whole_or_streamed() -> None:
         client.post("/v1/completions", json={"prompt": "Hi"})
         client.post("/v1/completions", json={"prompt": "Hi", "stream": True})
     metrics: ServerMetrics = app.state.endpoints.metrics
-    assert metrics.ttft.count == 2 and metrics.ttft.total == pytest.approx(2 * 0.01)
+    ttft = "llamacpp_time_to_first_token_seconds"
+    assert metrics.value(f"{ttft}_count") == 2
+    assert metrics.value(f"{ttft}_sum") == pytest.approx(2 * 0.01)
     gap = TIMINGS.generation_s / (2 - 1)  # two tokens, one gap
-    assert metrics.inter_token.count == 2 and metrics.inter_token.total == pytest.approx(2 * gap)
-    assert metrics.prompt_tokens == 2 * 4 and metrics.completion_tokens == 2 * 2
+    assert metrics.value("llamacpp_inter_token_seconds_count") == 2
+    assert metrics.value("llamacpp_inter_token_seconds_sum") == pytest.approx(2 * gap)
+    assert metrics.value("llamacpp_prompt_tokens_total") == 2 * 4
+    assert metrics.value("llamacpp_completion_tokens_total") == 2 * 2
 
 
 def test_embedding_inputs_are_counted_in_one_pass() -> None:
@@ -253,7 +256,7 @@ def test_embedding_inputs_are_counted_in_one_pass() -> None:
     assert engine.tokenized == ["a b", "c", "7 8 9"]  # each input tokenized once, to count
     assert answer["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
     assert ids["usage"]["prompt_tokens"] == 3
-    assert app.state.endpoints.metrics.prompt_tokens == 6
+    assert app.state.endpoints.metrics.value("llamacpp_prompt_tokens_total") == 6
 
 
 def test_embeddings_as_floats_and_base64() -> None:

@@ -21,7 +21,7 @@ from ...engine import InferenceEngine
 from ..chat_messages import messages_reader
 from ..errors import ApiError
 from ..exchange import Exchange, Leases
-from ..metrics import StatsSource
+from ..metrics import CONTENT_TYPE, StatsSource
 from ..roster import ModelLease, model_card
 from ..settings import ServerSettings
 from ..streaming import sse, until_disconnect
@@ -173,7 +173,7 @@ class Endpoints:
         loaded = self.exchange.roster.loaded()
         engine = loaded[0].engine if len(loaded) == 1 else None
         stats = engine.stats() if isinstance(engine, StatsSource) else None
-        return PlainTextResponse(self.metrics.render(stats), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(self.metrics.render(stats), media_type=CONTENT_TYPE)
 
 
 def embedding_inputs(
