@@ -253,6 +253,9 @@ class RemoteEngine:
         the server aborts the request."""
         call = self._completion(request)
         with call.open() as response:
+            # Lines, not an SSE decoder (httpx-sse): llama-server ends a failed stream with an
+            # ``error: {...}`` line, a field the SSE spec, and so a decoder that follows it,
+            # ignores; ``transport.parse_event`` reads it, so the failure is not a cut stream.
             for line in response.iter_lines():
                 yield from call.chunks(line)
                 if call.finished:

@@ -4,6 +4,15 @@ A stream's events come from an async generator over the engine; ``EventStream`` 
 SSE while it listens for ``http.disconnect``. When the client drops, the generator is closed
 at once, which cancels the engine request: the engine stops it at its next step and frees its
 sequence. ``until_disconnect`` does the same for a whole (non-streamed) answer.
+
+Why not sse-starlette's ``EventSourceResponse``: the framing is one line here (``sse``,
+``named_sse``), while what the stream must do around it is not what that response does. Its end
+has to tell whether the client left (the outcome counted, the leased models given back once), an
+error after the headers goes out as the API family's own error event and then its terminator
+(OpenAI's ``[DONE]``, nothing for Anthropic), and a whole answer needs the same disconnect watch
+(``until_disconnect``), which it has no part for. It also keeps shutdown state in a
+process-wide class (``AppStatus``) and sends a ping comment every 15 seconds unasked; a
+graceful shutdown is uvicorn's own here (``run.serve``).
 """
 
 from __future__ import annotations
