@@ -6,8 +6,11 @@ answer, a UI could not repaint). N ``ChatLlamaCpp.ainvoke`` calls, each on its o
 at once, for N in ``--levels``. Prompts differ so no request is served from another's cache:
 each has its template rendered and its prompt tokenized.
 
-Reported per level: the longest gap, the 99th percentile gap and the wall time, median over
-``--repeat`` runs. Nothing is asserted; this is a report (timings are not tested).
+Reported per level, over ``--repeat`` runs: the longest gap of any run and the 99th percentile
+of every run's gaps together (what a page may call the maximum and the P99), the median over
+the runs of each run's longest gap and of its P99 (the figures of the first results), the
+median wall time, and each run's own figures. Nothing is asserted; this is a report (timings
+are not tested).
 
 Run from the repository root, with ``LLAMACPP_INTEGRATIONS_MODELS`` pointing at the models::
 
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from typing import Any
 
 import results
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -45,8 +49,12 @@ async def _heartbeat(gaps: list[float], stop: asyncio.Event) -> None:
         last = now
 
 
-async def one_level(llm: ChatLlamaCpp, n: int, round_index: int) -> tuple[float, float, float]:
-    """Longest gap, p99 gap and wall time (seconds) for ``n`` concurrent calls."""
+def percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[int(fraction * (len(ordered) - 1))]
+
+
+async def one_level(llm: ChatLlamaCpp, n: int, round_index: int) -> tuple[list[float], float]:
+    """Every heartbeat gap and the wall time (seconds) for ``n`` concurrent calls."""
     gaps: list[float] = []
     stop = asyncio.Event()
     ticker = asyncio.create_task(_heartbeat(gaps, stop))
@@ -61,9 +69,7 @@ async def one_level(llm: ChatLlamaCpp, n: int, round_index: int) -> tuple[float,
     wall = time.perf_counter() - start
     stop.set()
     await ticker
-    ordered = sorted(gaps)
-    p99 = ordered[int(0.99 * (len(ordered) - 1))]
-    return max(gaps), p99, wall
+    return gaps, wall
 
 
 async def main() -> None:
@@ -79,25 +85,48 @@ async def main() -> None:
         model=args.model, temperature=0.0, max_tokens=args.max_tokens, n_seq_max=max(levels)
     )
     await llm.ainvoke("warm up")  # loads the model; not measured
-    print(f"{'concurrent':>10} {'max gap ms':>11} {'p99 gap ms':>11} {'wall s':>7}")
+    print(f"{'concurrent':>10} {'longest ms':>11} {'p99 ms':>7} {'wall s':>7}")
     round_index = 0
-    rows: list[dict[str, float]] = []
+    rows: list[dict[str, Any]] = []
     for n in levels:
         runs = []
+        every_gap: list[float] = []
         for _ in range(args.repeat):
             round_index += 1
-            runs.append(await one_level(llm, n, round_index))
-        worst = statistics.median(r[0] for r in runs)
-        p99 = statistics.median(r[1] for r in runs)
-        wall = statistics.median(r[2] for r in runs)
-        print(f"{n:>10} {worst * 1000:>11.1f} {p99 * 1000:>11.1f} {wall:>7.2f}")
-        rows.append({"concurrent": n, "max_gap_ms": worst * 1000, "p99_gap_ms": p99 * 1000})
-    results.write(
-        args.json,
-        "loop_stall",
-        {"model": args.model, "max_tokens": args.max_tokens, "repeat": args.repeat},
-        levels=rows,
-    )
+            gaps, wall = await one_level(llm, n, round_index)
+            every_gap += gaps
+            runs.append(
+                {
+                    "max_gap_ms": max(gaps) * 1000,
+                    "p99_gap_ms": percentile(sorted(gaps), 0.99) * 1000,
+                    "wall_s": wall,
+                }
+            )
+        row = {
+            "concurrent": n,
+            "longest_gap_ms": max(every_gap) * 1000,
+            "p99_all_gaps_ms": percentile(sorted(every_gap), 0.99) * 1000,
+            # The first results' figures, kept under their names: medians over the runs.
+            "max_gap_ms": statistics.median(r["max_gap_ms"] for r in runs),
+            "p99_gap_ms": statistics.median(r["p99_gap_ms"] for r in runs),
+            "wall_s": statistics.median(r["wall_s"] for r in runs),
+            "runs": runs,
+        }
+        print(
+            f"{n:>10} {row['longest_gap_ms']:>11.1f} {row['p99_all_gaps_ms']:>7.1f} "
+            f"{row['wall_s']:>7.2f}"
+        )
+        rows.append(row)
+    settings = {
+        "model": args.model,
+        "adapter": "ChatLlamaCpp.ainvoke, temperature 0",
+        "n_seq_max": max(levels),
+        "levels": levels,
+        "max_tokens": args.max_tokens,
+        "repeat": args.repeat,
+        "heartbeat_ms": 1,
+    }
+    results.write(args.json, "loop_stall", settings, levels=rows)
 
 
 if __name__ == "__main__":
