@@ -135,7 +135,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed
 # llama-cpp-python's sdist, linked against the libraries llama-cpp-python already compiled (the
-# same kernels the engine runs): about 3 minutes the first time, then reused from
+# same kernels the engine runs): a few minutes the first time, then reused from
 # ~/.cache/llamacpp-integrations/llama-tools/ by every clone on the machine (keyed by the
 # libraries and the sdist). See benchmarks/llama_tools/build.py.
 
