@@ -158,6 +158,7 @@ class LlamaCpp(
 
     _given_engine: InferenceEngine | None = PrivateAttr(default=None)
     _window: WindowReader | None = PrivateAttr(default=None)
+    _tokenizer: ModelTokenizer | None = PrivateAttr(default=None)
 
     def __init__(self, *, engine: InferenceEngine | None = None, **data: Any) -> None:
         """Build the LLM; ``engine`` serves it instead of the shared engine for ``model``."""
@@ -203,8 +204,12 @@ class LlamaCpp(
     @property
     def tokenizer(self) -> ModelTokenizer:
         """The model's tokenizer as LlamaIndex takes one: ``Settings.tokenizer = llm.tokenizer``
-        makes LlamaIndex count prompt sizes in this model's tokens (getting it loads nothing)."""
-        return ModelTokenizer(self.binding)
+        makes LlamaIndex count prompt sizes in this model's tokens. Getting it loads no
+        weights; it readies the model's vocabulary (see ``ModelTokenizer``), so get it before
+        the event loop starts where you can."""
+        if self._tokenizer is None:
+            self._tokenizer = ModelTokenizer(self.binding)
+        return self._tokenizer
 
     # ---- calls ----------------------------------------------------------------------------
 

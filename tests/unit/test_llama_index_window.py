@@ -1,25 +1,36 @@
 """The LlamaIndex LLM's tokenizer and window without a model: ``metadata`` from the GGUF header
 (nothing loaded) or from the engine, ``llm.tokenizer`` as ``Settings.tokenizer``, and
-LlamaIndex's prompt helper packing text into the window in the model's tokens."""
+LlamaIndex's prompt helper packing text into the window in the model's tokens.
+
+LlamaIndex calls both synchronously on the event loop, so neither may load weights or download
+there: before an engine is loaded the tokenizer is the model's vocabulary alone, read (and an
+``hf://`` file fetched) at once outside a loop and on another thread on one. A scripted
+vocabulary and a scripted engine record the thread of every load."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_index.core
 import pytest
-from llama_index.core import Settings
+from llama_index.core import Document, MockEmbedding, Settings, VectorStoreIndex
 from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.utils import get_tokenizer
 
 from llamacpp_integrations.engine import ModelInfo
+from llamacpp_integrations.engine import registry as registry_module
 from llamacpp_integrations.errors import ModelLoadError
 from llamacpp_integrations.llama_index import LlamaCpp, ModelTokenizer
 from llamacpp_integrations.llama_index import window as window_module
 from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
+from llamacpp_integrations.models import GGUFInfo, cached_model_info, read_gguf_info
+from llamacpp_integrations.testing import ScriptedEngine
 from tests.unit.test_models import valid_gguf  # a tiny GGUF: "Tiny Test", trained on 4096
 
 
@@ -65,6 +76,69 @@ class CharEngine:
         return "".join(chr(t) for t in tokens)
 
 
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@dataclass
+class CharVocabulary:
+    """A model's vocabulary as ``engine.vocabulary`` gives one: one token per character."""
+
+    tokenized: list[str] = field(default_factory=list)
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        assert not add_special and not parse_special
+        self.tokenized.append(text)
+        return [ord(c) % 256 for c in text]
+
+
+@dataclass
+class Loads:
+    """The slow things done (a vocabulary read, weights loaded, a file fetched), each with
+    whether its thread was running an event loop. ``gate`` holds vocabulary reads while clear."""
+
+    done: list[tuple[str, bool]] = field(default_factory=list)
+    vocabulary: CharVocabulary = field(default_factory=CharVocabulary)
+    engine: ScriptedEngine = field(default_factory=ScriptedEngine)
+    gate: threading.Event = field(default_factory=threading.Event)
+    failures: int = 0  # vocabulary reads still to fail
+
+    def record(self, what: str) -> None:
+        self.done.append((what, _on_loop()))
+
+    def on_the_loop(self) -> list[str]:
+        return [what for what, on_loop in self.done if on_loop]
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> Loads:
+    """Vocabulary reads and weight loads replaced by recorders (no native code)."""
+    loads = Loads()
+    loads.gate.set()
+
+    def open_vocabulary(spec: str | None) -> CharVocabulary:
+        loads.record("vocabulary")
+        assert loads.gate.wait(timeout=60)
+        if loads.failures:
+            loads.failures -= 1
+            raise ModelLoadError(str(spec), "could not read its vocabulary")
+        return loads.vocabulary
+
+    def open_local_engine(config: object) -> ScriptedEngine:
+        loads.record("weights")
+        return loads.engine
+
+    monkeypatch.setattr(window_module, "open_vocabulary", open_vocabulary)
+    monkeypatch.setattr(registry_module, "open_local_engine", open_local_engine)
+    return loads
+
+
 @pytest.fixture
 def global_tokenizer() -> Iterator[None]:
     """LlamaIndex's global tokenizer is restored after the test."""
@@ -108,14 +182,13 @@ def test_metadata_window_is_the_sequence_context_the_settings_give(
 
 def test_header_is_read_once(gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[str | None] = []
-    real = window_module.load_model_info
+    real = cached_model_info
 
-    def counting(spec: str | None, *, download: bool = True) -> object:
+    def counting(spec: str | None) -> GGUFInfo | None:
         reads.append(spec)
-        assert download is False  # reading metadata never downloads
-        return real(spec, download=download)
+        return real(spec)
 
-    monkeypatch.setattr(window_module, "load_model_info", counting)
+    monkeypatch.setattr(window_module, "cached_model_info", counting)
     llm = LlamaCpp(model=str(gguf))
     assert llm.metadata == llm.metadata
     assert reads == [str(gguf)]
@@ -176,3 +249,118 @@ def test_prompt_helper_packs_into_the_window_in_model_tokens(global_tokenizer: N
         # One token per character: the whole prompt, the answer and the framing fit the window.
         assert len(filled.format(context_str=text)) + 50 + FRAMING_RESERVE <= 300
     assert engine.tokenized  # counted by the model's tokenizer, not tiktoken
+
+
+# -- never on the event loop ---------------------------------------------------------------------
+
+
+def test_tokenizer_before_loading_is_the_vocabulary_read_at_once(gguf: Path, loads: Loads) -> None:
+    llm = LlamaCpp(model=str(gguf))
+    tokenizer = llm.tokenizer
+    assert loads.done == [("vocabulary", False)]  # made ready when obtained, no loop here
+    assert llm.tokenizer is tokenizer  # one per LLM: the vocabulary is read once
+    assert tokenizer("héllo 1") == [ord(c) % 256 for c in "héllo 1"]
+    assert loads.vocabulary.tokenized == ["héllo 1"]
+    assert llm.binding.loaded() is None  # no weights for counting tokens
+
+
+async def test_tokenizer_made_on_the_loop_reads_the_vocabulary_on_another_thread(
+    gguf: Path, loads: Loads
+) -> None:
+    loads.gate.clear()  # the read cannot finish: obtaining the tokenizer must not wait for it
+    llm = LlamaCpp(model=str(gguf))
+    tokenizer = llm.tokenizer
+    loads.gate.set()
+    assert await asyncio.to_thread(tokenizer, "ready") == [ord(c) for c in "ready"]
+    assert tokenizer("on the loop") == [ord(c) for c in "on the loop"]
+    assert loads.done == [("vocabulary", False)]
+    assert llm.binding.loaded() is None
+
+
+async def test_tokenizer_asked_on_the_loop_before_it_is_ready_waits_and_says_so(
+    gguf: Path, loads: Loads, caplog: pytest.LogCaptureFixture
+) -> None:
+    loads.gate.clear()
+    tokenizer = LlamaCpp(model=str(gguf)).tokenizer
+    threading.Timer(0.05, loads.gate.set).start()  # the read finishes while the loop waits
+    with caplog.at_level(logging.WARNING, logger="llamacpp_integrations.llama_index"):
+        assert tokenizer("ab") == [97, 98]
+    assert loads.on_the_loop() == []  # the loop waited; it did not read the vocabulary
+    assert "the event loop waits for the vocabulary of" in caplog.text
+
+
+def test_a_failed_vocabulary_read_is_tried_again(gguf: Path, loads: Loads) -> None:
+    loads.failures = 2
+    tokenizer = LlamaCpp(model=str(gguf)).tokenizer  # the first read fails, unseen
+    with pytest.raises(ModelLoadError, match="could not read its vocabulary"):
+        tokenizer("a")  # the second too, and this call raises it
+    assert tokenizer("a") == [97]
+    assert [what for what, _ in loads.done] == ["vocabulary"] * 3
+
+
+def test_tokenizer_of_a_missing_model_raises_its_load_error_when_called() -> None:
+    tokenizer = LlamaCpp(model="/nonexistent/model.gguf").tokenizer  # nothing raised yet
+    with pytest.raises(ModelLoadError, match="not found"):
+        tokenizer("a")
+
+
+async def test_a_loaded_engine_tokenizes_on_the_calling_thread(loads: Loads) -> None:
+    engine = CharEngine()
+    tokenizer = LlamaCpp(engine=engine).tokenizer  # type: ignore[arg-type]
+    assert tokenizer("ab") == [97, 98]
+    assert engine.tokenized == ["ab"]
+    assert loads.done == []  # no vocabulary of its own beside the engine
+
+
+async def test_aquery_loads_weights_and_vocabulary_off_the_loop(
+    gguf: Path, loads: Loads, global_tokenizer: None
+) -> None:
+    """A whole ``aquery``: retrieval, prompt packing (the tokenizer and ``metadata`` on the
+    loop) and the answer (the first call loads the weights)."""
+    llm = LlamaCpp(model=str(gguf), max_tokens=16)
+    Settings.tokenizer = await asyncio.to_thread(lambda: llm.tokenizer)  # as made before a loop
+    documents = [Document(text=f"Ledger {n}: account {n:09d} paid {n * 7}.") for n in range(4)]
+    index = VectorStoreIndex.from_documents(documents, embed_model=MockEmbedding(embed_dim=8))
+    query_engine = index.as_query_engine(llm=llm, similarity_top_k=4)
+    response = await query_engine.aquery("Which account paid the most?")
+    assert str(response) == "Hello there"
+    assert loads.vocabulary.tokenized  # LlamaIndex counted with the model's vocabulary
+    assert loads.on_the_loop() == []
+    assert sorted(what for what, _ in loads.done) == ["vocabulary", "weights"]
+    await query_engine.aquery("And the least?")
+    assert loads.engine.tokenized  # once loaded, the engine counts
+    assert len(loads.done) == 2
+
+
+def test_metadata_of_a_model_not_fetched_fetches_it_without_loading(
+    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _not_on_disk(gguf, loads, monkeypatch)
+    llm = LlamaCpp(model="hf://acme/tiny-GGUF/tiny.gguf", n_ctx_per_seq=512)
+    assert llm.metadata.context_window == 512 - FRAMING_RESERVE
+    assert loads.done == [("fetch", False)]
+    assert llm.binding.loaded() is None  # the header was enough: no weights
+
+
+async def test_metadata_on_the_loop_fetches_the_model_on_another_thread(
+    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _not_on_disk(gguf, loads, monkeypatch)
+    llm = LlamaCpp(model="hf://acme/tiny-GGUF/tiny.gguf", n_ctx_per_seq=512)
+    with caplog.at_level(logging.WARNING, logger="llamacpp_integrations.llama_index"):
+        assert llm.metadata.context_window == 512 - FRAMING_RESERVE
+    assert loads.done == [("fetch", False)]
+    assert "the event loop waits for the download of hf://acme/tiny-GGUF/tiny.gguf" in caplog.text
+    assert llm.binding.loaded() is None
+
+
+def _not_on_disk(gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's file is not in the cache: reading its header fetches it (recorded)."""
+
+    def load_model_info(spec: str | None, *, download: bool = True) -> GGUFInfo:
+        assert download
+        loads.record("fetch")
+        return read_gguf_info(gguf)
+
+    monkeypatch.setattr(window_module, "cached_model_info", lambda spec: None)
+    monkeypatch.setattr(window_module, "load_model_info", load_model_info)
