@@ -7,14 +7,15 @@ Kept apart from generation because pooled embeddings need their own context sett
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import EngineError, ModelLoadError
+from ...errors import EngineError
 from ..config import EngineConfig
-from .runner import LoadedModel, apply_lora, tune_context
+from .runner import LoadedModel, NativeContext
 
 __all__ = ["POOLING_TYPES", "RANK_POOLING", "EmbeddingContext"]
 
@@ -27,12 +28,16 @@ POOLING_TYPES = {
 RANK_POOLING = llama_cpp.LLAMA_POOLING_TYPE_RANK
 
 
-class EmbeddingContext:
+class EmbeddingContext(NativeContext):
     """Embeds up to ``n_seq_max`` texts (``n_ctx`` tokens in all) per decode, one vector each.
 
     With rank pooling (a cross-encoder's classification head) the "vector" of a sequence is its
-    ``n_cls_out`` scores instead of ``n_embd`` floats.
+    ``n_cls_out`` scores instead of ``n_embd`` floats. RoPE and LoRA shape the vectors as they
+    shape generation.
     """
+
+    kind = "an embedding context"
+    cache_types = False  # f16: an embedding context keeps nothing between decodes
 
     def __init__(
         self,
@@ -50,34 +55,12 @@ class EmbeddingContext:
         # the KV buffer and llama.cpp aborts).
         n_seq_max = max(1, min(n_seq_max, n_ctx, int(llama_cpp.llama_max_parallel_sequences())))
         n_ctx = -(-n_ctx // n_seq_max) * n_seq_max
-        params = llama_cpp.llama_context_default_params()
-        # RoPE and LoRA shape the vectors as they shape generation; the cache types stay f16
-        # (an embedding context keeps nothing between decodes).
-        tune_context(params, tuning, kv_types=False)
-        params.n_ctx = n_ctx
+        self._pooling = pooling
         # Pooling needs a whole sequence inside one micro-batch, so both batch sizes are n_ctx.
-        params.n_batch = n_ctx
-        params.n_ubatch = n_ctx
-        params.n_seq_max = n_seq_max
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.embeddings = True
-        params.pooling_type = pooling
-        params.kv_unified = True
-        params.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(model.handle, params)
-        if not ctx:
-            raise ModelLoadError(str(model.path), "llama.cpp could not create an embedding context")
-        try:
-            apply_lora(ctx, model, () if tuning is None else tuning.lora_adapters)
-        except BaseException:
-            llama_cpp.llama_free(ctx)
-            raise
-        self._ctx = ctx
-        self._memory = llama_cpp.llama_get_memory(ctx)
-        self._batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
+        super().__init__(
+            model, tuning, n_ctx=n_ctx, n_batch=n_ctx, n_seq_max=n_seq_max, n_threads=n_threads
+        )
         self.n_ctx = n_ctx
-        self.n_seq_max = n_seq_max
         self.n_embd = model.n_embd
         # What llama_get_embeddings_seq holds per sequence: the classifier's outputs under rank
         # pooling, the pooled hidden state otherwise.
@@ -86,6 +69,9 @@ class EmbeddingContext:
             if pooling == RANK_POOLING
             else model.n_embd
         )
+
+    def _settings(self) -> dict[str, Any]:
+        return {"embeddings": True, "pooling_type": self._pooling, "kv_unified": True}
 
     def embed(self, token_lists: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
         """One decode over all texts; each must be non-empty and together fit ``n_ctx``."""
@@ -117,9 +103,3 @@ class EmbeddingContext:
                 raise EngineError("llama.cpp returned no pooled embedding for a sequence")
             vectors.append(np.ctypeslib.as_array(ptr, shape=(self.n_out,)).copy())
         return vectors
-
-    def close(self) -> None:
-        if self._ctx:
-            llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None

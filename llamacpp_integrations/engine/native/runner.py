@@ -22,30 +22,20 @@ from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry
 from ..config import EngineConfig, LoraAdapter, WeightsKey
 from .llama_log import ROUTER
+from .tuning import tune_context
 
-__all__ = ["DecodeStatus", "GenerationContext", "LoadedModel", "apply_lora", "tune_context"]
+__all__ = ["DecodeStatus", "GenerationContext", "LoadedModel", "NativeContext"]
 
-_GGML_TYPES = {
-    "f32": llama_cpp.GGML_TYPE_F32,
-    "f16": llama_cpp.GGML_TYPE_F16,
-    "bf16": 30,  # GGML_TYPE_BF16 in ggml.h; the bindings leave it out
-    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
-    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
-    "q4_1": llama_cpp.GGML_TYPE_Q4_1,
-    "q5_0": llama_cpp.GGML_TYPE_Q5_0,
-    "q5_1": llama_cpp.GGML_TYPE_Q5_1,
-    "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
-}
-_ROPE_SCALING = {
-    "none": llama_cpp.LLAMA_ROPE_SCALING_TYPE_NONE,
-    "linear": llama_cpp.LLAMA_ROPE_SCALING_TYPE_LINEAR,
-    "yarn": llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN,
-    "longrope": llama_cpp.LLAMA_ROPE_SCALING_TYPE_LONGROPE,
-}
 _SPLIT_MODES = {
     "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
     "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
     "row": llama_cpp.LLAMA_SPLIT_MODE_ROW,
+}
+
+_FLASH_ATTENTION = {
+    None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # llama.cpp decides
+    True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 
 _BACKEND_LOCK = threading.Lock()
@@ -215,32 +205,7 @@ class LoadedModel:
             self._model = None
 
 
-def tune_context(params: Any, config: EngineConfig | None, *, kv_types: bool) -> None:
-    """Set ``config``'s RoPE settings (and with ``kv_types`` its cache types) on context
-    params; unset settings keep llama.cpp's defaults, which read the model's own."""
-    if config is None:
-        return
-    if kv_types:
-        params.type_k = _GGML_TYPES[config.type_k]
-        params.type_v = _GGML_TYPES[config.type_v]
-    if config.rope_scaling_type is not None:
-        params.rope_scaling_type = _ROPE_SCALING[config.rope_scaling_type]
-    floats = {
-        "rope_freq_base": config.rope_freq_base,
-        "rope_freq_scale": config.rope_freq_scale,
-        "yarn_ext_factor": config.yarn_ext_factor,
-        "yarn_attn_factor": config.yarn_attn_factor,
-        "yarn_beta_fast": config.yarn_beta_fast,
-        "yarn_beta_slow": config.yarn_beta_slow,
-    }
-    for name, value in floats.items():
-        if value is not None:
-            setattr(params, name, value)
-    if config.yarn_orig_ctx is not None:
-        params.yarn_orig_ctx = config.yarn_orig_ctx
-
-
-def apply_lora(ctx: Any, model: LoadedModel, adapters: Sequence[LoraAdapter]) -> None:
+def _apply_lora(ctx: Any, model: LoadedModel, adapters: Sequence[LoraAdapter]) -> None:
     """Put ``adapters`` (with their scales) on a context; nothing to do for none."""
     if not adapters:
         return
@@ -253,12 +218,80 @@ def apply_lora(ctx: Any, model: LoadedModel, adapters: Sequence[LoraAdapter]) ->
         raise ModelLoadError(str(model.path), f"llama.cpp refused the LoRA adapters ({code})")
 
 
+class NativeContext:
+    """A llama.cpp context on ``model`` and the one batch it decodes, of ``n_batch`` tokens;
+    every kind of context (generation, embedding) is made here, and freed by ``close``.
+
+    The context takes llama.cpp's defaults, ``tuning``'s RoPE settings (and cache types, where
+    ``cache_types``) and LoRA adapters, ``n_ctx`` cells, batches and micro-batches of
+    ``n_batch`` tokens, ``n_threads`` for both kinds of decode, then what its kind sets
+    (``_settings``); no performance counters.
+
+    Raises:
+        ModelLoadError: llama.cpp could not create it, or refused the adapters.
+    """
+
+    kind = "a context"
+    """What it is, as the error names it when llama.cpp cannot create it."""
+    cache_types = True
+    """Whether the engine's KV cache types apply (else llama.cpp's, f16)."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        tuning: EngineConfig | None,
+        *,
+        n_ctx: int,
+        n_batch: int,
+        n_seq_max: int,
+        n_threads: int,
+    ) -> None:
+        params = llama_cpp.llama_context_default_params()
+        tune_context(params, tuning, kv_types=self.cache_types)
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = n_seq_max
+        params.n_threads = params.n_threads_batch = n_threads
+        for name, value in self._settings().items():
+            setattr(params, name, value)
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.handle, params)
+        if not ctx:
+            raise ModelLoadError(str(model.path), f"llama.cpp could not create {self.kind}")
+        try:
+            _apply_lora(ctx, model, () if tuning is None else tuning.lora_adapters)
+        except BaseException:
+            llama_cpp.llama_free(ctx)
+            raise
+        self.model = model
+        self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self._ctx = ctx
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+
+    def _settings(self) -> dict[str, Any]:
+        """The fields of ``llama_context_params`` this kind of context sets itself."""
+        return {}
+
+    @property
+    def handle(self) -> int:
+        """The raw ``llama_context *``."""
+        return self._ctx  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+
+
 class DecodeStatus:
     OK = 0
     NO_KV_SLOT = 1
 
 
-class GenerationContext:
+class GenerationContext(NativeContext):
     """A context of ``n_seq_max`` sequences, fed by batched decodes.
 
     ``n_cells`` cells in all. Unified, the sequences share them, so a prefix can be shared
@@ -279,41 +312,18 @@ class GenerationContext:
         kv_unified: bool,
         tuning: EngineConfig | None = None,
     ) -> None:
-        params = llama_cpp.llama_context_default_params()
-        tune_context(params, tuning, kv_types=True)
-        params.n_ctx = n_cells
-        params.flash_attn_type = {
-            None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # llama.cpp decides
-            True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        }[flash_attention]
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_seq_max = n_seq_max
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.kv_unified = kv_unified
-        params.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(model.handle, params)
-        if not ctx:
-            raise ModelLoadError(str(model.path), "llama.cpp could not create a context")
-        try:
-            apply_lora(ctx, model, () if tuning is None else tuning.lora_adapters)
-        except BaseException:
-            llama_cpp.llama_free(ctx)
-            raise
-        self.model = model
-        self.n_batch = n_batch
-        self.n_seq_max = n_seq_max
         self.kv_unified = kv_unified
-        self._ctx = ctx
-        self._memory = llama_cpp.llama_get_memory(ctx)
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._flash_attention = flash_attention
+        super().__init__(
+            model, tuning, n_ctx=n_cells, n_batch=n_batch, n_seq_max=n_seq_max, n_threads=n_threads
+        )
         self._n_vocab = model.n_vocab
 
-    @property
-    def handle(self) -> int:
-        return self._ctx  # type: ignore[no-any-return]
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "flash_attn_type": _FLASH_ATTENTION[self._flash_attention],
+            "kv_unified": self.kv_unified,
+        }
 
     def decode(self, entries: Sequence[BatchEntry]) -> int:
         """Run one ``llama_decode`` over every entry; sets each ``logits_index``.
@@ -401,9 +411,3 @@ class GenerationContext:
             return True
         pos_min, _ = self.pos_range(seq_id)
         return pos_min <= max(0, n_reused - self.model.n_swa)
-
-    def close(self) -> None:
-        if self._ctx:
-            llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
