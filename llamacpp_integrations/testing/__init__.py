@@ -20,11 +20,20 @@ from .fingerprint import generation_fingerprint
 from .matching import MatchOptions
 from .recording import RecordingEngine, RecordMode
 from .replay import ReplayEngine
-from .scripted import SCRIPTED_INFO, Answer, ScriptedEngine, tool_calls_text
+from .scripted import (
+    SCRIPTED_INFO,
+    SCRIPTED_TIMINGS,
+    Answer,
+    ScriptedEngine,
+    ScriptedRerankingEngine,
+    ScriptedTokenPieceEngine,
+    tool_calls_text,
+)
 
 __all__ = [
     "CASSETTE_VERSION",
     "SCRIPTED_INFO",
+    "SCRIPTED_TIMINGS",
     "Answer",
     "Cassette",
     "EngineRecord",
@@ -34,6 +43,8 @@ __all__ = [
     "RecordingEngine",
     "ReplayEngine",
     "ScriptedEngine",
+    "ScriptedRerankingEngine",
+    "ScriptedTokenPieceEngine",
     "generation_fingerprint",
     "tool_calls_text",
 ]

@@ -7,7 +7,10 @@ ask of templates without a tool format of their own, ChatML's among them), usage
 log-probabilities, finish reasons and typed errors part-way through a stream.
 
 The engine needs no model: tokens are characters, chats are rendered with the given chat
-template, vectors come from a hash of the text.
+template, vectors come from a hash of the text. It keeps what it was asked (``requests``,
+``tokenized``, ``rendered``) for the test to check. The optional capabilities are subclasses,
+so that a plain ``ScriptedEngine`` is not one: ``ScriptedRerankingEngine`` reranks,
+``ScriptedTokenPieceEngine`` gives token bytes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +43,8 @@ __all__ = [
     "SCRIPTED_TIMINGS",
     "Answer",
     "ScriptedEngine",
+    "ScriptedRerankingEngine",
+    "ScriptedTokenPieceEngine",
     "tool_calls_text",
 ]
 
@@ -66,6 +71,7 @@ SCRIPTED_INFO = ModelInfo(
 SCRIPTED_TIMINGS = Timings(
     queued_s=0.0, time_to_first_token_s=0.02, total_s=0.1, prompt_eval_s=0.01, generation_s=0.06
 )
+"""The timings a ``ScriptedEngine`` reports, unless given others."""
 
 Piece = str | tuple[str, str]
 
@@ -89,6 +95,9 @@ class Answer:
             comes with the log-probabilities when the request asks for them.
         fail_at: Raise ``error`` before this chunk (``0``: before any); ``None``: no error.
         error: What to raise at ``fail_at`` (default ``EngineError("the model failed")``).
+        logprobs: The log-probabilities reported when the request asks for them: the i-th
+            with the i-th chunk, any left over with the last. ``None``: each chunk's text as
+            one certain token (and the stop string's, if any, with the last).
     """
 
     pieces: Sequence[Piece] = (("", "Hello"), ("", " there"))
@@ -96,6 +105,7 @@ class Answer:
     stop_string: str | None = None
     fail_at: int | None = None
     error: LlamaCppIntegrationError | None = None
+    logprobs: Sequence[TokenLogprob] | None = None
 
     @classmethod
     def calling(cls, *calls: tuple[str, Mapping[str, Any]], pieces: int = 3) -> Answer:
@@ -104,18 +114,24 @@ class Answer:
         size = max(1, math.ceil(len(text) / max(1, pieces)))
         return cls(pieces=tuple(text[i : i + size] for i in range(0, len(text), size)))
 
+    @classmethod
+    def refused(cls, error: LlamaCppIntegrationError) -> Answer:
+        """A request refused before its first chunk: a full queue (``EngineOverloadedError``),
+        a prompt over the context (``ContextOverflowError``)..."""
+        return cls(pieces=(), fail_at=0, error=error)
+
     def split(self) -> list[tuple[str, str]]:
         """The chunks as ``(reasoning, text)`` pairs."""
         return [("", piece) if isinstance(piece, str) else piece for piece in self.pieces]
 
 
-@dataclass
+@dataclass(eq=False)  # an engine is itself, not its settings: two are never equal
 class ScriptedEngine:
     """An engine without a model that answers from a script, for the adapters' unit tests.
 
     Every generation request gets ``script`` (chunk by chunk when streamed), ending with
     ``finish``; or, with ``answers``, successive requests get successive answers (the last one
-    repeating). Every request is kept in ``requests``.
+    repeating; ``Answer.refused`` refuses one). Every request is kept in ``requests``.
 
     Example::
 
@@ -133,13 +149,19 @@ class ScriptedEngine:
         stop_string: The stop string that ended it (see ``Answer``).
         fail_at: Raise ``error`` before this chunk.
         error: The error (default ``EngineError``).
-        answers: Answers for successive requests; when given, the five above are not used.
+        logprobs: The log-probabilities it reports (see ``Answer``).
+        answers: Answers for successive requests; when given, the six above are not used.
         prompt_tokens: ``Usage.prompt_tokens`` of every answer.
         cached_prompt_tokens: ``Usage.cached_prompt_tokens`` of every answer.
-        info: The model it says it serves (a ChatML template, unless replaced).
+        info: The model it says it serves (``SCRIPTED_INFO``: a ChatML template, unless
+            replaced; ``info.n_vocab`` bounds the token ids, ``info.n_embd`` sizes vectors).
+        timings: The timings of every answer (``SCRIPTED_TIMINGS``).
         media_marker: Its image marker (``None``: no images).
         closed: Set by ``close``; calls then raise ``EngineClosedError``.
         requests: Every generation request received, in order.
+        tokenized: Every text given to ``tokenize``, in order.
+        rendered: Every chat given to ``render_chat``, in order (``count_prompt_tokens``
+            renders without keeping it).
     """
 
     script: Sequence[Piece] = (("", "Hello"), ("", " there"))
@@ -147,13 +169,17 @@ class ScriptedEngine:
     stop_string: str | None = None
     fail_at: int | None = None
     error: LlamaCppIntegrationError | None = None
+    logprobs: Sequence[TokenLogprob] | None = None
     answers: Sequence[Answer] = ()
     prompt_tokens: int = 7
     cached_prompt_tokens: int = 0
     info: ModelInfo = SCRIPTED_INFO
+    timings: Timings = SCRIPTED_TIMINGS
     media_marker: str | None = None
     closed: bool = False
     requests: list[GenerationRequest] = field(default_factory=list)
+    tokenized: list[str] = field(default_factory=list)
+    rendered: list[ChatRequest] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._templates = ChatTemplates(self.info.chat_template, owner="the scripted model")
@@ -172,17 +198,19 @@ class ScriptedEngine:
     def tokenize(
         self, text: str, *, add_special: bool = False, parse_special: bool = False
     ) -> list[int]:
+        self.tokenized.append(text)
         return [ord(c) % self.info.n_vocab for c in text]
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         return "".join(chr(t) for t in tokens)
 
     def render_chat(self, request: ChatRequest) -> str:
+        self.rendered.append(request)
         return self._templates.render_chat(request)
 
     def count_prompt_tokens(self, request: PromptRequest) -> int:
         if isinstance(request, ChatRequest):
-            return len(self.render_chat(request))
+            return len(self._templates.render_chat(request))
         return len(request.prompt)
 
     # ---- generation -------------------------------------------------------------------------
@@ -192,7 +220,14 @@ class ScriptedEngine:
         with self._lock:
             self.requests.append(request)
             if not self.answers:
-                return Answer(self.script, self.finish, self.stop_string, self.fail_at, self.error)
+                return Answer(
+                    self.script,
+                    self.finish,
+                    self.stop_string,
+                    self.fail_at,
+                    self.error,
+                    self.logprobs,
+                )
             answer = self.answers[min(self._answered, len(self.answers) - 1)]
             self._answered += 1
             return answer
@@ -211,6 +246,11 @@ class ScriptedEngine:
     ) -> tuple[TokenLogprob, ...]:
         if request.logprobs is None:
             return ()
+        if answer.logprobs is not None:
+            given = (
+                answer.logprobs[i:] if i == len(answer.pieces) - 1 else answer.logprobs[i : i + 1]
+            )
+            return tuple(given)
         thought, text = answer.split()[i]
         tokens = [_token(thought + text)]
         if i == len(answer.pieces) - 1 and answer.stop_string:
@@ -237,7 +277,7 @@ class ScriptedEngine:
                 (i,),
                 finish_reason=answer.finish if last else None,
                 usage=self._usage(answer) if last else None,
-                timings=SCRIPTED_TIMINGS if last else None,
+                timings=self.timings if last else None,
                 logprobs=self._logprobs(request, answer, i),
                 reasoning=thought,
                 stop_string=answer.stop_string if last and answer.finish == "stop" else None,
@@ -256,7 +296,7 @@ class ScriptedEngine:
             tuple(token for chunk in chunks for token in chunk.token_ids),
             last.finish_reason,
             last.usage,
-            SCRIPTED_TIMINGS,
+            self.timings,
             logprobs if request.logprobs is not None else None,
             reasoning="".join(chunk.reasoning for chunk in chunks),
             stop_string=last.stop_string,
@@ -307,3 +347,68 @@ def _vector(text: str, size: int, normalize: bool) -> list[float]:
         return values
     norm = math.sqrt(sum(v * v for v in values)) or 1.0
     return [v / norm for v in values]
+
+
+def _shared_words(query: str, document: str) -> float:
+    words = set(document.lower().split())
+    return float(sum(1 for word in query.lower().split() if word in words))
+
+
+@dataclass(eq=False)
+class ScriptedRerankingEngine(ScriptedEngine):
+    """A ``ScriptedEngine`` that reranks too (a ``RerankingEngine``).
+
+    Example::
+
+        engine = ScriptedRerankingEngine(score=lambda query, document: float(len(document)))
+        reranker = LlamaCppReranker(engine=engine, top_n=2)
+
+    Attributes:
+        score: A document's score for a query (default: how many of the query's words it has).
+        reranks: Every ``(query, documents)`` reranked, in order.
+    """
+
+    score: Callable[[str, str], float] = _shared_words
+    reranks: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        self._check_open()
+        self.reranks.append((query, list(documents)))
+        return [self.score(query, document) for document in documents]
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[float]:
+        return self.rerank(query, documents, truncate=truncate, timeout=timeout)
+
+
+def _character_bytes(token: int) -> bytes:
+    return chr(token).encode()
+
+
+@dataclass(eq=False)
+class ScriptedTokenPieceEngine(ScriptedEngine):
+    """A ``ScriptedEngine`` that gives each token's bytes (a ``TokenPieceEngine``), as a
+    model's tokenizer does where a token is part of a character.
+
+    Attributes:
+        piece: A token's bytes (default: its character in UTF-8, tokens being characters).
+    """
+
+    piece: Callable[[int], bytes] = _character_bytes
+
+    def token_piece(self, token: int, *, special: bool = True) -> bytes:
+        self._check_open()
+        return self.piece(token)

@@ -5,8 +5,6 @@ is decided before a thread or the engine is reached."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import llama_index.core.instrumentation as instrument
@@ -22,43 +20,15 @@ from llamacpp_integrations.errors import ImageLoadError, InvalidRequestError
 from llamacpp_integrations.langchain import LlamaCppEmbeddings, LlamaCppReranker
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppRerank
 from llamacpp_integrations.multimodal import loading
+from llamacpp_integrations.testing import ScriptedRerankingEngine
 
-from .recording_engine import RecordingEngine
-
-
-@dataclass
-class RankingEngine(RecordingEngine):
-    """Scores a document by its length, and counts the rerank calls."""
-
-    reranks: list[Sequence[str]] = field(default_factory=list)
-
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[float]:
-        self.reranks.append(documents)
-        return [float(len(d)) for d in documents]
-
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[float]:
-        return self.rerank(query, documents)
-
+from .tiny_model import INFO, by_length, tiny_engine
 
 DOCS = [Document(page_content=text) for text in ("bb", "a", "ccc")]
 
 
 async def test_langchain_reranker_twins_rank_alike() -> None:
-    engine = RankingEngine()
+    engine = ScriptedRerankingEngine(info=INFO, score=by_length)
     reranker = LlamaCppReranker(engine=engine, top_n=2)
     whole = reranker.compress_documents(DOCS, "q")
     awaited = await reranker.acompress_documents(DOCS, "q")
@@ -69,7 +39,7 @@ async def test_langchain_reranker_twins_rank_alike() -> None:
 
 
 async def test_llama_index_reranker_twins_rank_alike() -> None:
-    engine = RankingEngine()
+    engine = ScriptedRerankingEngine(info=INFO, score=by_length)
     reranker = LlamaCppRerank(engine=engine, top_n=2)
     nodes = [NodeWithScore(node=TextNode(text=t.page_content)) for t in DOCS]
     query = QueryBundle("q")
@@ -85,7 +55,7 @@ async def test_llama_index_reranker_twins_rank_alike() -> None:
 
 
 async def test_langchain_embedding_twins_embed_alike() -> None:
-    embeddings = LlamaCppEmbeddings(engine=RecordingEngine(), batch_size=1)
+    embeddings = LlamaCppEmbeddings(engine=tiny_engine(), batch_size=1)
     texts = ["a", "bb"]
     assert embeddings.embed_documents(texts, show_progress=True) == (
         await embeddings.aembed_documents(texts, show_progress=True)
@@ -117,7 +87,7 @@ def events() -> Any:
 
 
 async def test_structured_predict_twins_answer_and_report_alike(events: Events) -> None:
-    llm = LlamaCpp(engine=RecordingEngine(words=('{"name": ', '"Ada"}')))
+    llm = LlamaCpp(engine=tiny_engine(script=('{"name": ', '"Ada"}')))
     prompt = PromptTemplate("Who? {who}")
     assert llm.structured_predict(Person, prompt, who="x") == Person(name="Ada")
     assert await llm.astructured_predict(Person, prompt, who="x") == Person(name="Ada")

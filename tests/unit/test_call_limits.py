@@ -17,7 +17,7 @@ from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 
-from .recording_engine import RecordingEngine
+from .tiny_model import tiny_engine
 
 DEFAULTS = {"temperature": 0.5, "max_tokens": 10, "stop": ["\n"], "seed": 7}
 LLAMA_INDEX_PATHS = [
@@ -86,7 +86,7 @@ async def _call_llama_index(llm: LlamaCpp, path: str, **kwargs: Any) -> None:
 
 @pytest.mark.parametrize("path", LLAMA_INDEX_PATHS)
 async def test_llama_index_max_tokens_none_lifts_the_default(path: str) -> None:
-    engine = RecordingEngine()
+    engine = tiny_engine()
     llm = LlamaCpp(engine=engine)
     await _call_llama_index(llm, path)
     assert engine.requests[-1].max_tokens == 256  # left out: LlamaIndex's default
@@ -113,7 +113,7 @@ async def _call_langchain(llm: ChatLlamaCpp, path: str, **kwargs: Any) -> None:
 
 @pytest.mark.parametrize("path", LANGCHAIN_PATHS)
 async def test_langchain_max_tokens_none_lifts_the_field(path: str) -> None:
-    engine = RecordingEngine()
+    engine = tiny_engine()
     llm = ChatLlamaCpp(engine=engine, max_tokens=32, stop=["END"])  # type: ignore[call-arg]
     await _call_langchain(llm, path)
     sent = engine.requests[-1]
@@ -126,7 +126,7 @@ async def test_langchain_max_tokens_none_lifts_the_field(path: str) -> None:
 
 
 def test_langsmith_params_read_the_sentinel() -> None:
-    llm = ChatLlamaCpp(engine=RecordingEngine(), model="m", max_tokens=32, temperature=0.1)
+    llm = ChatLlamaCpp(engine=tiny_engine(), model="m", max_tokens=32, temperature=0.1)
     params = llm._get_ls_params(max_tokens=client.UNSET, temperature=client.UNSET)
     assert params["ls_max_tokens"] == 32 and params["ls_temperature"] == 0.1
     assert "ls_max_tokens" not in llm._get_ls_params(max_tokens=None)

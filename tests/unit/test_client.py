@@ -4,9 +4,7 @@ of the executors, and how a binding keeps and replaces engines (with stand-in en
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -15,9 +13,6 @@ from llamacpp_integrations import client
 from llamacpp_integrations.engine import (
     ChatRequest,
     EngineConfig,
-    StreamChunk,
-    Timings,
-    Usage,
     registry,
 )
 from llamacpp_integrations.errors import (
@@ -25,6 +20,7 @@ from llamacpp_integrations.errors import (
     InvalidRequestError,
     UnknownOptionError,
 )
+from llamacpp_integrations.testing import Answer, ScriptedEngine
 
 DEFAULTS = {"temperature": 0.5, "max_tokens": 10, "stop": ["\n"], "logprobs": None}
 
@@ -129,36 +125,8 @@ def test_response_formats_in_every_shape() -> None:
 # -- the executors' retry rule ------------------------------------------------------------------
 
 
-def _chunk(text: str, last: bool = False) -> StreamChunk:
-    if not last:
-        return StreamChunk(request_id="r", text=text)
-    return StreamChunk(
-        request_id="r",
-        text=text,
-        finish_reason="stop",
-        usage=Usage(prompt_tokens=1, completion_tokens=2),
-        timings=Timings(0, 0, 0, 0, 0),
-    )
-
-
-class ScriptedEngine:
-    """Each stream attempt follows a script: chunks, or an overload before or after them."""
-
-    def __init__(self, *scripts: list[StreamChunk | Exception]) -> None:
-        self.scripts = list(scripts)
-        self.attempts = 0
-
-    def stream(self, request: object) -> Generator[StreamChunk, None, None]:
-        script = self.scripts[self.attempts]
-        self.attempts += 1
-        for step in script:
-            if isinstance(step, Exception):
-                raise step
-            yield step
-
-    async def astream(self, request: object) -> AsyncGenerator[StreamChunk, None]:
-        for chunk in self.stream(request):
-            yield chunk
+FULL = Answer.refused(EngineOverloadedError("full"))
+AB = Answer(pieces=["a", "b"])
 
 
 PLAN = client.CallPlan(ChatRequest(messages=[{"role": "user", "content": "x"}]))
@@ -166,56 +134,58 @@ RETRY = client.RetryPolicy(max_retries=2, base_delay_s=0.0)
 
 
 def test_a_stream_refused_before_its_first_piece_is_retried() -> None:
-    engine = ScriptedEngine([EngineOverloadedError("full")], [_chunk("a"), _chunk("b", True)])
-    pieces = list(client.stream(engine, PLAN, RETRY))  # type: ignore[arg-type]
-    assert engine.attempts == 2
+    engine = ScriptedEngine(answers=[FULL, AB])
+    pieces = list(client.stream(engine, PLAN, RETRY))
+    assert len(engine.requests) == 2
     assert "".join(p.text for p in pieces) == "ab"
 
 
 async def test_an_async_stream_refused_before_its_first_piece_is_retried() -> None:
-    engine = ScriptedEngine([EngineOverloadedError("full")], [_chunk("a"), _chunk("b", True)])
-    pieces = [p async for p in client.astream(engine, PLAN, RETRY)]  # type: ignore[arg-type]
-    assert engine.attempts == 2
+    engine = ScriptedEngine(answers=[FULL, AB])
+    pieces = [p async for p in client.astream(engine, PLAN, RETRY)]
+    assert len(engine.requests) == 2
     assert "".join(p.text for p in pieces) == "ab"
 
 
 def test_a_failure_after_the_first_piece_is_not_retried() -> None:
-    engine = ScriptedEngine([_chunk("a"), EngineOverloadedError("late")], [_chunk("b", True)])
-    stream = client.stream(engine, PLAN, RETRY)  # type: ignore[arg-type]
+    late = Answer(pieces=["a"], fail_at=1, error=EngineOverloadedError("late"))
+    engine = ScriptedEngine(answers=[late, AB])
+    stream = client.stream(engine, PLAN, RETRY)
     assert next(stream).text == "a"
     with pytest.raises(EngineOverloadedError, match="late"):
         next(stream)
-    assert engine.attempts == 1
+    assert len(engine.requests) == 1
 
 
 def test_retries_run_out() -> None:
-    engine = ScriptedEngine(*[[EngineOverloadedError("full")]] * 3)
+    engine = ScriptedEngine(answers=[FULL])  # the last answer repeats
     with pytest.raises(EngineOverloadedError):
-        list(client.stream(engine, PLAN, RETRY))  # type: ignore[arg-type]
-    assert engine.attempts == 3
+        list(client.stream(engine, PLAN, RETRY))
+    assert len(engine.requests) == 3
     assert [RETRY.pause(n) for n in range(3)] == [0.0, 0.0, None]
 
 
 # -- the binding --------------------------------------------------------------------------------
 
 
-class StandInEngine:
-    def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
+@pytest.fixture
+def configs() -> dict[ScriptedEngine, EngineConfig]:
+    """The engines the registry opened (scripted stand-ins), each with its settings."""
+    return {}
 
 
 @pytest.fixture
-def opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, configs: dict[ScriptedEngine, EngineConfig]
+) -> list[str]:
     names: list[str] = []
 
-    def open_engine(config: EngineConfig) -> Any:
+    def open_engine(config: EngineConfig) -> ScriptedEngine:
         assert config.model is not None
         names.append(Path(config.model).name)
-        return StandInEngine(config)
+        engine = ScriptedEngine()
+        configs[engine] = config
+        return engine
 
     monkeypatch.setattr(registry, "open_local_engine", open_engine)
     for name in ("a.gguf", "b.gguf"):
@@ -225,7 +195,7 @@ def opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_binding_loads_once_keeps_overrides_and_replaces_a_closed_engine(
-    opened: list[str],
+    opened: list[str], configs: dict[ScriptedEngine, EngineConfig]
 ) -> None:
     binding = client.EngineBinding(model="a.gguf", settings={"n_seq_max": 2})
     assert binding.loaded() is None
@@ -235,10 +205,11 @@ def test_a_binding_loads_once_keeps_overrides_and_replaces_a_closed_engine(
     for _ in range(4):
         assert binding.get("b.gguf") is override
     assert opened == ["a.gguf", "b.gguf"]
-    first.closed = True  # type: ignore[attr-defined]
+    first.close()
     assert binding.get() is not first
     assert opened == ["a.gguf", "b.gguf", "a.gguf"]
-    assert binding.get().config.n_seq_max == 2  # type: ignore[attr-defined]
+    again = binding.get()
+    assert isinstance(again, ScriptedEngine) and configs[again].n_seq_max == 2
 
 
 def test_the_last_holder_to_let_go_closes_the_engine(opened: list[str]) -> None:
@@ -284,6 +255,6 @@ async def test_a_binding_loads_off_the_event_loop(opened: list[str]) -> None:
 
 
 def test_an_engine_given_by_the_user_is_used_as_it_is(opened: list[str]) -> None:
-    mine = StandInEngine(EngineConfig(model="a.gguf"))
-    binding = client.EngineBinding(model=None, settings={}, engine=mine)  # type: ignore[arg-type]
+    mine = ScriptedEngine()
+    binding = client.EngineBinding(model=None, settings={}, engine=mine)
     assert binding.get() is mine and binding.loaded() is mine and opened == []

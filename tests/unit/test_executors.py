@@ -5,8 +5,6 @@ reply, the same whole or streamed, sync or async."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
 import pytest
@@ -14,16 +12,13 @@ import pytest
 from llamacpp_integrations import client
 from llamacpp_integrations.engine import (
     ChatRequest,
-    Completion,
-    GenerationRequest,
-    StreamChunk,
-    Timings,
+    CompletionRequest,
     Usage,
 )
 from llamacpp_integrations.errors import EngineOverloadedError
+from llamacpp_integrations.testing import Answer, ScriptedEngine
 from llamacpp_integrations.tools import HERMES, TemplateToolSupport
 
-TIMINGS = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
 RETRY = client.RetryPolicy(max_retries=2, base_delay_s=0.0)
 TOOLS = [
     {
@@ -37,42 +32,17 @@ TOOLS = [
 REPEAT = '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>'
 
 
-class ScriptedEngine:
-    """Answers each request with the next step of a script: a text (5 tokens), or an error."""
+FULL = Answer.refused(EngineOverloadedError("full"))
 
-    def __init__(self, *steps: str | Exception) -> None:
-        self.steps = list(steps)
-        self.requests: list[GenerationRequest] = []
-        self.rendered: list[ChatRequest] = []
 
-    def _next(self, request: GenerationRequest) -> str:
-        self.requests.append(request)
-        step = self.steps.pop(0)
-        if isinstance(step, Exception):
-            raise step
-        return step
+def said(text: str) -> Answer:
+    """An answer of ``text`` in five chunks: five tokens."""
+    return Answer(pieces=[text[len(text) * i // 5 : len(text) * (i + 1) // 5] for i in range(5)])
 
-    def render_chat(self, request: ChatRequest) -> str:
-        self.rendered.append(request)
-        return "PROMPT"
 
-    def generate(self, request: GenerationRequest) -> Completion:
-        text = self._next(request)
-        return Completion(request.request_id, text, (), "stop", Usage(10, 5, 0), TIMINGS)
-
-    async def agenerate(self, request: GenerationRequest) -> Completion:
-        return self.generate(request)
-
-    def stream(self, request: GenerationRequest) -> Generator[StreamChunk, None, None]:
-        text = self._next(request)
-        yield StreamChunk(request.request_id, text)
-        yield StreamChunk(
-            request.request_id, "", finish_reason="stop", usage=Usage(10, 5, 0), timings=TIMINGS
-        )
-
-    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
-        for chunk in self.stream(request):
-            yield chunk
+def scripted(*answers: Answer) -> ScriptedEngine:
+    """Answers each request with the next answer (after a prompt of 10 tokens)."""
+    return ScriptedEngine(answers=answers, prompt_tokens=10)
 
 
 def tool_plan(max_tokens: int) -> client.CallPlan:
@@ -113,11 +83,11 @@ WAYS = ["generate", "agenerate", "stream", "astream"]
 
 @pytest.mark.parametrize("how", WAYS)
 def test_a_full_queue_is_retried_before_the_first_piece(how: str) -> None:
-    engine = ScriptedEngine(EngineOverloadedError("full"), EngineOverloadedError("full"), "hi")
+    engine = scripted(FULL, FULL, said("hi"))
     plan = client.CallPlan(ChatRequest(messages=[{"role": "user", "content": "x"}]))
     assert run(how, engine, plan)[:2] == ("hi", "stop")
     assert len(engine.requests) == 3
-    engine = ScriptedEngine(*[EngineOverloadedError("full")] * 3)
+    engine = scripted(FULL)  # the last answer repeats
     with pytest.raises(EngineOverloadedError):
         run(how, engine, plan)
     assert len(engine.requests) == 3
@@ -126,7 +96,7 @@ def test_a_full_queue_is_retried_before_the_first_piece(how: str) -> None:
 @pytest.mark.parametrize("how", WAYS)
 def test_a_dropped_repeat_is_continued_with_a_reply(how: str) -> None:
     plan = tool_plan(max_tokens=50)
-    engine = ScriptedEngine(REPEAT, " Done.")
+    engine = scripted(said(REPEAT), said(" Done."))
     text, finish_reason, usage = run(how, engine, plan)
     assert text.endswith(" Done.") and "tool_call" not in text
     assert finish_reason == "stop"
@@ -134,12 +104,13 @@ def test_a_dropped_repeat_is_continued_with_a_reply(how: str) -> None:
     assert plan.tools is not None and engine.rendered == [plan.tools.request]
     follow = engine.requests[1]
     assert follow.max_tokens == 45  # what the first part left
-    assert json.dumps(getattr(follow, "prompt", "")).startswith('"PROMPT')
+    assert isinstance(follow, CompletionRequest) and isinstance(follow.prompt, str)
+    assert follow.prompt.startswith(engine.render_chat(plan.tools.request))
 
 
 @pytest.mark.parametrize("how", WAYS)
 def test_no_room_for_the_reply_ends_the_answer_at_length(how: str) -> None:
-    engine = ScriptedEngine(REPEAT)
+    engine = scripted(said(REPEAT))
     text, finish_reason, _ = run(how, engine, tool_plan(max_tokens=5))
     assert "tool_call" not in text
     assert finish_reason == "length"
@@ -159,7 +130,7 @@ def test_the_policy_is_asked_for_a_pause_only_after_a_refusal(
 
     monkeypatch.setattr(client.RetryPolicy, "pause", recorded)
     plan = client.CallPlan(ChatRequest(messages=[{"role": "user", "content": "x"}]))
-    run(how, ScriptedEngine("hi"), plan)
+    run(how, scripted(said("hi")), plan)
     assert asked == []
-    run(how, ScriptedEngine(EngineOverloadedError("full"), "hi"), plan)
+    run(how, scripted(FULL, said("hi")), plan)
     assert asked == [0]

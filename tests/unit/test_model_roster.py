@@ -23,8 +23,9 @@ from llamacpp_integrations.server import (
     served_model_files,
 )
 from llamacpp_integrations.server.roster import model_card
+from llamacpp_integrations.testing import ScriptedEngine
 
-from .recording_engine import RecordingEngine
+from .tiny_model import tiny_engine
 
 # ---- which files, under which names ------------------------------------------------------------
 
@@ -87,7 +88,7 @@ def test_a_projector_is_refused_with_several_models() -> None:
 class FakeHold:
     """What the registry's ``EngineHold`` is to the roster."""
 
-    engine: RecordingEngine
+    engine: ScriptedEngine
     releases: list[float | None] = field(default_factory=list)
 
     def release(self, keep_alive: float | None = None) -> None:
@@ -98,8 +99,8 @@ class FakeHold:
 
 @dataclass
 class FakeLoader:
-    """Loads ``RecordingEngine``s; ``gates`` hold the loads of their paths until set, ``fail``
-    makes loads fail."""
+    """Loads scripted engines (``tiny_engine``); ``gates`` hold the loads of their paths until
+    set, ``fail`` makes loads fail."""
 
     gates: dict[str, threading.Event] = field(default_factory=dict)
     fail: BaseException | None = None
@@ -113,7 +114,7 @@ class FakeLoader:
             assert gate.wait(10), "the test never opened the gate"
         if self.fail is not None:
             raise self.fail
-        hold = FakeHold(RecordingEngine())
+        hold = FakeHold(tiny_engine())
         self.holds.append(hold)
         return hold
 
@@ -262,7 +263,7 @@ async def test_a_cap_on_loaded_models_unloads_the_idle_one_used_longest_ago(
 ) -> None:
     unloaded: list[object] = []
 
-    def unload(engine: RecordingEngine) -> bool:  # the registry's, for stand-in holds
+    def unload(engine: ScriptedEngine) -> bool:  # the registry's, for stand-in holds
         unloaded.append(engine)
         engine.close()
         return True
@@ -295,30 +296,37 @@ async def test_a_cap_on_loaded_models_unloads_the_idle_one_used_longest_ago(
 # ---- with the real registry ------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class StandInEngine(RecordingEngine):
-    """What the registry opens instead of llama.cpp here."""
-
-    config: EngineConfig | None = None
+@pytest.fixture
+def opened() -> dict[ScriptedEngine, EngineConfig]:
+    """The engines the registry opened, each with the settings it was opened with."""
+    return {}
 
 
 @pytest.fixture
-def registry_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    monkeypatch.setattr(registry, "open_local_engine", lambda config: StandInEngine(config=config))
+def registry_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: dict[ScriptedEngine, EngineConfig]
+) -> Iterator[dict[str, str]]:
+    def open_engine(config: EngineConfig) -> ScriptedEngine:  # instead of llama.cpp
+        engine = tiny_engine()
+        opened[engine] = config
+        return engine
+
+    monkeypatch.setattr(registry, "open_local_engine", open_engine)
     _touch(tmp_path, "alpha.gguf", "beta.gguf")
     yield served_model_files([str(tmp_path)])
     registry.unload_kept_engines()
 
 
 async def test_keep_alive_zero_unloads_when_the_last_answer_ends(
-    registry_models: dict[str, str],
+    registry_models: dict[str, str], opened: dict[ScriptedEngine, EngineConfig]
 ) -> None:
     roster = OnDemandRoster(registry_models, config=EngineConfig(n_seq_max=2), keep_alive=0)
     first, second = await roster.lease("alpha"), await roster.lease("alpha")
     engine = first.engine
-    assert isinstance(engine, StandInEngine) and engine.config is not None
-    assert engine.config.n_seq_max == 2  # the settings apply to every model
-    assert engine.config.model == registry_models["alpha"]
+    assert isinstance(engine, ScriptedEngine)
+    config = opened[engine]
+    assert config.n_seq_max == 2  # the settings apply to every model
+    assert config.model == registry_models["alpha"]
     first.release()
     assert not engine.closed  # an answer still uses it
     second.release()

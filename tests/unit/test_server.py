@@ -6,20 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from llamacpp_integrations.engine import (
-    Completion,
-    GenerationRequest,
-    ModelInfo,
-    StreamChunk,
-    Timings,
-    Usage,
-)
+from llamacpp_integrations.engine import ModelInfo, Timings
 from llamacpp_integrations.errors import (
     ContextOverflowError,
     EngineOverloadedError,
@@ -34,6 +26,7 @@ from llamacpp_integrations.server.errors import api_error_of
 from llamacpp_integrations.server.metrics import ServerMetrics
 from llamacpp_integrations.server.openai.options import chat_options
 from llamacpp_integrations.server.openai.schemas import ChatCompletionBody
+from llamacpp_integrations.testing import Answer, ScriptedEngine
 
 INFO = ModelInfo(
     path="/models/tiny.gguf",
@@ -51,66 +44,10 @@ INFO = ModelInfo(
 TIMINGS = Timings(0.0, 0.01, 0.05, 0.01, 0.04)
 
 
-@dataclass
-class ScriptedEngine:
-    """Answers every prompt with ``words``; ``refuse`` raises it at submission."""
-
-    words: Sequence[str] = ("Hello", " there")
-    refuse: BaseException | None = None
-    requests: list[GenerationRequest] = field(default_factory=list)
-    tokenized: list[str] = field(default_factory=list)
-    closed: bool = False
-    info: ModelInfo = INFO
-    media_marker: str | None = None
-
-    def close(self) -> None:
-        self.closed = True
-
-    def tokenize(
-        self, text: str, *, add_special: bool = False, parse_special: bool = False
-    ) -> list[int]:
-        self.tokenized.append(text)
-        return list(range(len(text.split())))
-
-    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
-        return " ".join(str(t) for t in tokens)
-
-    def _usage(self) -> Usage:
-        return Usage(prompt_tokens=4, completion_tokens=len(self.words))
-
-    async def agenerate(self, request: GenerationRequest) -> Completion:
-        self.requests.append(request)
-        if self.refuse is not None:
-            raise self.refuse
-        ids = tuple(range(len(self.words)))
-        return Completion(
-            request.request_id, "".join(self.words), ids, "stop", self._usage(), TIMINGS
-        )
-
-    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
-        self.requests.append(request)
-        if self.refuse is not None:
-            raise self.refuse
-        for i, word in enumerate(self.words):
-            last = i == len(self.words) - 1
-            yield StreamChunk(
-                request.request_id,
-                word,
-                (i,),
-                finish_reason="stop" if last else None,
-                usage=self._usage() if last else None,
-                timings=TIMINGS if last else None,
-            )
-
-    async def aembed(
-        self,
-        texts: Sequence[str],
-        *,
-        normalize: bool = True,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[list[float]]:
-        return [[1.0, 0.5, float(len(t))] for t in texts]
+def scripted(**fields: Any) -> ScriptedEngine:
+    """The public ``ScriptedEngine`` serving ``INFO``: "Hello there" in two chunks, after a
+    prompt of four tokens."""
+    return ScriptedEngine(**{"info": INFO, "timings": TIMINGS, "prompt_tokens": 4, **fields})
 
 
 def test_every_error_row_is_reachable_and_statuses_are_right() -> None:
@@ -203,7 +140,7 @@ def _client(engine: ScriptedEngine, **options: object) -> TestClient:
 
 
 def test_completions_whole_and_streamed() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     with _client(engine) as client:
         whole = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4}).json()
         assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "Hello there"
@@ -219,7 +156,7 @@ def test_completions_whole_and_streamed() -> None:
 
 
 def test_a_refused_request_keeps_its_status_streamed_or_not() -> None:
-    engine = ScriptedEngine(refuse=EngineOverloadedError("queue full"))
+    engine = scripted(answers=[Answer.refused(EngineOverloadedError("queue full"))])
     with _client(engine) as client:
         for stream in (False, True):
             answer = client.post("/v1/completions", json={"prompt": "Hi", "stream": stream})
@@ -232,7 +169,7 @@ def test_a_refused_request_keeps_its_status_streamed_or_not() -> None:
 def test_latencies_have_one_definition_whole_or_streamed() -> None:
     # Time to first token and the gap between tokens are the engine's (Timings), recorded
     # once per answer whether it was sent whole or streamed.
-    app = create_app(ScriptedEngine())  # type: ignore[arg-type]
+    app = create_app(scripted())  # type: ignore[arg-type]
     with TestClient(app) as client:
         client.post("/v1/completions", json={"prompt": "Hi"})
         client.post("/v1/completions", json={"prompt": "Hi", "stream": True})
@@ -248,33 +185,36 @@ def test_latencies_have_one_definition_whole_or_streamed() -> None:
 
 
 def test_embedding_inputs_are_counted_in_one_pass() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     app = create_app(engine)  # type: ignore[arg-type]
     with TestClient(app) as client:
         answer = client.post("/v1/embeddings", json={"input": ["a b", "c"]}).json()
         ids = client.post("/v1/embeddings", json={"input": [[7, 8, 9]]}).json()
-    assert engine.tokenized == ["a b", "c", "7 8 9"]  # each input tokenized once, to count
-    assert answer["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    # Each input tokenized once, to count (a token per character; ids are read back as text).
+    assert engine.tokenized == ["a b", "c", "\x07\x08\t"]
+    assert answer["usage"] == {"prompt_tokens": 4, "total_tokens": 4}
     assert ids["usage"]["prompt_tokens"] == 3
-    assert app.state.endpoints.metrics.value("llamacpp_prompt_tokens_total") == 6
+    assert app.state.endpoints.metrics.value("llamacpp_prompt_tokens_total") == 7
 
 
 def test_embeddings_as_floats_and_base64() -> None:
-    with _client(ScriptedEngine()) as client:
+    engine = scripted()
+    vectors = engine.embed(["a b", "c"])
+    with _client(engine) as client:
         floats = client.post("/v1/embeddings", json={"input": ["a b", "c"]}).json()
-        assert [d["embedding"] for d in floats["data"]] == [[1.0, 0.5, 3.0], [1.0, 0.5, 1.0]]
+        assert [d["embedding"] for d in floats["data"]] == vectors
         packed = client.post(
             "/v1/embeddings", json={"input": "a b", "encoding_format": "base64"}
         ).json()
         raw = base64.b64decode(packed["data"][0]["embedding"])
-        assert struct.unpack("<3f", raw) == (1.0, 0.5, 3.0)
+        assert struct.unpack("<3f", raw) == pytest.approx(vectors[0], rel=1e-6)  # as float32
         refused = client.post("/v1/embeddings", json={"input": "x", "dimensions": 2})
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "dimensions"
 
 
 def test_the_key_the_body_limit_and_cors() -> None:
     with _client(
-        ScriptedEngine(), api_key="k", max_body_bytes=100, cors_origins=["http://app"]
+        scripted(), api_key="k", max_body_bytes=100, cors_origins=["http://app"]
     ) as client:
         assert client.get("/health").json() == {"status": "ok"}
         assert client.get("/v1/models").status_code == 401
@@ -288,6 +228,6 @@ def test_the_key_the_body_limit_and_cors() -> None:
             headers={"Origin": "http://app", "Access-Control-Request-Method": "POST"},
         )
         assert preflight.headers["access-control-allow-origin"] == "http://app"
-    with _client(ScriptedEngine()) as client:  # CORS off by default
+    with _client(scripted()) as client:  # CORS off by default
         answer = client.get("/v1/models", headers={"Origin": "http://app"})
         assert "access-control-allow-origin" not in answer.headers

@@ -6,7 +6,7 @@ whole answer), stop sequences, token counts, and errors in Anthropic's shape."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,9 +15,6 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 from starlette.testclient import TestClient
 
-from llamacpp_integrations.engine import (
-    ModelInfo,
-)
 from llamacpp_integrations.errors import ImageInputNotSupportedError
 from llamacpp_integrations.server import ApiError, create_app
 from llamacpp_integrations.server.anthropic.messages import anthropic_messages_reader
@@ -27,9 +24,9 @@ from llamacpp_integrations.server.anthropic.schemas import (
     CountTokensBody,
     MessagesBody,
 )
-from llamacpp_integrations.testing import ScriptedEngine as PublicScriptedEngine
+from llamacpp_integrations.testing import ScriptedEngine
 from tests.builders.reasoning_templates import QWQ
-from tests.unit.recording_engine import INFO
+from tests.unit.tiny_model import INFO
 
 EVENT: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
 
@@ -51,12 +48,9 @@ CALL_SCRIPT = (
 HI = [{"role": "user", "content": "Hi"}]
 
 
-@dataclass
-class ScriptedEngine(PublicScriptedEngine):
-    """The public scripted engine, with this module's model, and two cached prompt tokens."""
-
-    cached_prompt_tokens: int = 2
-    info: ModelInfo = INFO
+def scripted(**fields: Any) -> ScriptedEngine:
+    """The public ``ScriptedEngine``, with this module's model, and two cached prompt tokens."""
+    return ScriptedEngine(**{"info": INFO, "cached_prompt_tokens": 2, **fields})
 
 
 def _post(engine: ScriptedEngine, path: str = "/v1/messages", **body: Any) -> Any:
@@ -313,7 +307,7 @@ def test_fields_that_cannot_be_honoured_are_refused_by_name(
 
 
 def test_a_whole_answer_and_its_stream_agree() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     whole = _whole(engine)
     assert whole["content"] == [{"type": "text", "text": "Hello there"}]
     assert (whole["stop_reason"], whole["stop_sequence"]) == ("end_turn", None)
@@ -342,7 +336,7 @@ def test_a_whole_answer_and_its_stream_agree() -> None:
 
 
 def test_thinking_comes_first_signed_and_can_be_omitted() -> None:
-    engine = ScriptedEngine(
+    engine = scripted(
         info=replace(INFO, chat_template=QWQ), script=(("Hmm", ""), (" ok", ""), ("", "Hi"))
     )
     whole = _whole(engine, thinking={"type": "enabled", "budget_tokens": 4})
@@ -365,7 +359,7 @@ def test_thinking_comes_first_signed_and_can_be_omitted() -> None:
 
 
 def test_tool_calls_whole_and_streamed() -> None:
-    engine = ScriptedEngine(script=CALL_SCRIPT)
+    engine = scripted(script=CALL_SCRIPT)
     whole = _whole(engine, tools=[WEATHER], tool_choice={"type": "any"})
     (call,) = whole["content"]
     assert call["type"] == "tool_use" and call["name"] == "get_weather"
@@ -377,7 +371,7 @@ def test_tool_calls_whole_and_streamed() -> None:
 
 
 def test_a_call_cut_by_max_tokens_keeps_what_it_wrote() -> None:
-    engine = ScriptedEngine(script=CALL_SCRIPT[:2], finish="length")
+    engine = scripted(script=CALL_SCRIPT[:2], finish="length")
     whole = _whole(engine, tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"})
     (call,) = whole["content"]
     assert call["name"] == "get_weather" and call["input"] == {"city": "Os"}
@@ -387,7 +381,7 @@ def test_a_call_cut_by_max_tokens_keeps_what_it_wrote() -> None:
 
 
 def test_the_stop_sequence_that_ended_the_answer_is_named() -> None:
-    engine = ScriptedEngine(stop_string="END")
+    engine = scripted(stop_string="END")
     body = {"stop_sequences": ["STOP", "END"]}
     whole = _whole(engine, **body)
     assert (whole["stop_reason"], whole["stop_sequence"]) == ("stop_sequence", "END")
@@ -395,12 +389,12 @@ def test_the_stop_sequence_that_ended_the_answer_is_named() -> None:
         "stop_reason": "stop_sequence",
         "stop_sequence": "END",
     }
-    plain = _whole(ScriptedEngine(), **body)  # an end of generation: no stop string
+    plain = _whole(scripted(), **body)  # an end of generation: no stop string
     assert (plain["stop_reason"], plain["stop_sequence"]) == ("end_turn", None)
 
 
 def test_count_tokens_counts_the_prompt_with_its_tools() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     plain = _post(engine, "/v1/messages/count_tokens", max_tokens=None, system="Be brief.")
     assert plain.status_code == 200
     with_tools = _post(engine, "/v1/messages/count_tokens", tools=[WEATHER]).json()
@@ -421,7 +415,7 @@ def _error(answer: Any, status: int, kind: str) -> str:
 
 
 def test_bad_bodies_are_answered_in_anthropics_shape_naming_the_field() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     assert "max_tokens" in _error(_post(engine, max_tokens=None), 400, "invalid_request_error")
     assert "messages" in _error(_post(engine, messages=[]), 400, "invalid_request_error")
     role = _post(engine, messages=[{"role": "system", "content": "x"}])
@@ -437,7 +431,7 @@ def test_bad_bodies_are_answered_in_anthropics_shape_naming_the_field() -> None:
 
 
 def test_an_error_mid_stream_is_an_error_event() -> None:
-    events = _events(ScriptedEngine(fail_at=1))
+    events = _events(scripted(fail_at=1))
     assert events[-1] == {
         "type": "error",
         "error": {"type": "api_error", "message": "the model failed"},
@@ -446,7 +440,7 @@ def test_an_error_mid_stream_is_an_error_event() -> None:
 
 
 def test_the_key_is_read_from_x_api_key_and_refusals_take_the_apis_shape() -> None:
-    with TestClient(create_app(ScriptedEngine(), api_key="k", max_body_bytes=400)) as client:  # type: ignore[arg-type]
+    with TestClient(create_app(scripted(), api_key="k", max_body_bytes=400)) as client:  # type: ignore[arg-type]
         body = {"model": "m", "max_tokens": 4, "messages": HI}
         ok = client.post("/v1/messages", json=body, headers={"x-api-key": "k"})
         assert ok.status_code == 200

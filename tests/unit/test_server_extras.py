@@ -6,8 +6,7 @@ call, ``/tokenize``, ``/detokenize``, ``/apply-template`` and ``/v1/rerank``."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,8 +18,6 @@ from llamacpp_integrations.client.plan import reasoning_spec
 from llamacpp_integrations.engine import (
     ChatRequest,
     Completion,
-    GenerationRequest,
-    StreamChunk,
     Usage,
 )
 from llamacpp_integrations.errors import EngineOverloadedError
@@ -34,10 +31,17 @@ from llamacpp_integrations.server.openai.options import chat_options
 from llamacpp_integrations.server.openai.options import chat_options as chat_call_options
 from llamacpp_integrations.server.openai.reasoning import reasoning_ask
 from llamacpp_integrations.server.openai.schemas import ChatCompletionBody
+from llamacpp_integrations.testing import (
+    SCRIPTED_TIMINGS,
+    Answer,
+    ScriptedEngine,
+    ScriptedRerankingEngine,
+    ScriptedTokenPieceEngine,
+)
 from llamacpp_integrations.tools import InvalidToolCall, ToolCallDelta, ToolStreamChunk
 from tests.builders.reasoning_templates import QWEN3, QWEN3_FORMAT
 
-from .recording_engine import INFO, TIMINGS, RecordingEngine
+from .tiny_model import INFO, by_length, tiny_engine
 
 HI = [{"role": "user", "content": "hi"}]
 WEATHER = {
@@ -107,7 +111,7 @@ def test_neutral_values_ignored_fields_and_unknown_fields_are_accepted() -> None
 
 
 def test_legacy_completions_refuse_other_servers_extensions_too() -> None:
-    client = TestClient(create_app(RecordingEngine()))
+    client = TestClient(create_app(tiny_engine()))
     refused = client.post("/v1/completions", json={"prompt": "x", "mirostat": 2})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "mirostat"
     assert client.post("/v1/completions", json={"prompt": "x", "user": "u"}).status_code == 200
@@ -186,7 +190,7 @@ def test_a_templates_own_switch_among_template_kwargs_counts_as_the_reasoning_as
 
 
 def test_the_adapters_take_template_kwargs_per_call_too() -> None:
-    engine = RecordingEngine()
+    engine = tiny_engine()
     ChatLlamaCpp(engine=engine).invoke("hi", template_kwargs={"x": 1})
     LlamaCpp(engine=engine).chat(
         [LlamaIndexMessage(role="user", content="hi")], template_kwargs={"y": 2}
@@ -221,18 +225,10 @@ def test_the_usage_of_n_answers_counts_the_prompt_once() -> None:
     assert (usage.cached_prompt_tokens, usage.reasoning_tokens) == (0, 2)
 
 
-@dataclass
-class RefusingEngine(RecordingEngine):
-    """Refuses its ``refuse_at``-th generation request (counting from 0) as a full queue."""
-
-    refuse_at: int = 1
-
-    async def astream(self, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
-        if len(self.requests) == self.refuse_at:
-            self.requests.append(request)
-            raise EngineOverloadedError("full")
-        async for chunk in super().astream(request):
-            yield chunk
+def _refusing_the_second() -> ScriptedEngine:
+    """Refuses the second generation request it gets as a full queue."""
+    ok = Answer(pieces=("o", "k"))
+    return tiny_engine(answers=[ok, Answer.refused(EngineOverloadedError("full")), ok])
 
 
 def _sse(text: str) -> list[dict[str, Any]]:
@@ -242,7 +238,7 @@ def _sse(text: str) -> list[dict[str, Any]]:
 
 
 def test_n_answers_whole_and_streamed() -> None:
-    engine = RecordingEngine(words=("o", "k"))
+    engine = tiny_engine(script=("o", "k"))
     client = TestClient(create_app(engine))
     body = {"messages": HI, "n": 3, "seed": 5}
     answer = client.post("/v1/chat/completions", json=body).json()
@@ -269,7 +265,7 @@ def test_n_answers_whole_and_streamed() -> None:
 
 
 def test_one_refused_answer_refuses_the_request_before_anything_is_sent() -> None:
-    client = TestClient(create_app(RefusingEngine()))
+    client = TestClient(create_app(_refusing_the_second()))
     body = {"messages": HI, "n": 3, "stream": True}
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 429 and response.json()["error"]["code"] == "queue_full"
@@ -281,7 +277,7 @@ def test_one_refused_answer_refuses_the_request_before_anything_is_sent() -> Non
 
 
 def _result(invalid: tuple[InvalidToolCall, ...]) -> CallResult:
-    completion = Completion("req-1", "<tool_call>", (1,), "length", Usage(3, 1), TIMINGS)
+    completion = Completion("req-1", "<tool_call>", (1,), "length", Usage(3, 1), SCRIPTED_TIMINGS)
     return CallResult("", (), completion, invalid_calls=invalid)
 
 
@@ -316,16 +312,13 @@ def test_a_streamed_cut_call_is_sent_once_at_the_end_when_no_delta_of_it_went_ou
 # ---- /tokenize, /detokenize, /apply-template ---------------------------------------------------
 
 
-@dataclass
-class PieceEngine(RecordingEngine):
-    """Knows each token's bytes: token 7 is half of a two-byte character."""
-
-    def token_piece(self, token: int, *, special: bool = True) -> bytes:
-        return b"\xc3" if token == 7 else chr(token).encode()
+def _half_character(token: int) -> bytes:
+    """Token 7 is half of a two-byte character; the others are characters."""
+    return b"\xc3" if token == 7 else chr(token).encode()
 
 
 def test_tokenize_and_detokenize_as_llama_server_answers() -> None:
-    client = TestClient(create_app(PieceEngine()))
+    client = TestClient(create_app(ScriptedTokenPieceEngine(info=INFO, piece=_half_character)))
     assert client.post("/tokenize", json={"content": "AB"}).json() == {"tokens": [65, 66]}
     mixed = client.post("/tokenize", json={"content": ["A", 7, "B"], "with_pieces": True})
     assert mixed.json() == {
@@ -345,13 +338,13 @@ def test_tokenize_and_detokenize_as_llama_server_answers() -> None:
 
 
 def test_a_piece_is_the_detokenized_text_on_an_engine_without_token_bytes() -> None:
-    client = TestClient(create_app(RecordingEngine()))
+    client = TestClient(create_app(tiny_engine()))
     answer = client.post("/tokenize", json={"content": "A", "with_pieces": True}).json()
     assert answer == {"tokens": [{"id": 65, "piece": "A"}]}
 
 
 def test_apply_template_renders_what_the_chat_endpoint_would_read() -> None:
-    engine = RecordingEngine(info=replace(INFO, chat_template=QWEN3))
+    engine = tiny_engine(info=replace(INFO, chat_template=QWEN3))
     client = TestClient(create_app(engine))
     body = {"messages": HI, "chat_template_kwargs": {"enable_thinking": False}}
     prompt = client.post("/apply-template", json=body).json()["prompt"]
@@ -366,33 +359,8 @@ def test_apply_template_renders_what_the_chat_endpoint_would_read() -> None:
 # ---- /v1/rerank --------------------------------------------------------------------------------
 
 
-@dataclass
-class ScoringEngine(RecordingEngine):
-    """Scores a document by its length."""
-
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[float]:
-        return [float(len(d)) for d in documents]
-
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[float]:
-        return [float(len(d)) for d in documents]
-
-
 def test_rerank_orders_by_score_cuts_to_top_n_and_returns_documents() -> None:
-    client = TestClient(create_app(ScoringEngine()))
+    client = TestClient(create_app(ScriptedRerankingEngine(info=INFO, score=by_length)))
     body = {"query": "q", "documents": ["aa", {"text": "aaaa"}, "a", "bb"], "top_n": 3}
     answer = client.post("/v1/rerank", json=body | {"return_documents": True}).json()
     assert answer["object"] == "list" and answer["model"] == "tiny-Q8_0"
@@ -409,7 +377,7 @@ def test_rerank_orders_by_score_cuts_to_top_n_and_returns_documents() -> None:
 
 
 def test_rerank_on_an_engine_that_cannot_is_a_400_saying_why() -> None:
-    client = TestClient(create_app(RecordingEngine()))
+    client = TestClient(create_app(tiny_engine()))
     response = client.post("/v1/rerank", json={"query": "q", "documents": ["a"]})
     assert response.status_code == 400
     error = response.json()["error"]

@@ -5,7 +5,7 @@ whole and streamed bodies, each checked against the ``openai`` SDK's own types."
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,17 +15,16 @@ from starlette.testclient import TestClient
 
 from llamacpp_integrations.engine import (
     ChatRequest,
-    ModelInfo,
 )
 from llamacpp_integrations.server import create_app
 from llamacpp_integrations.server.reasoning_effort import reasoning_switch
 from llamacpp_integrations.server.responses_api.inputs import chat_messages
 from llamacpp_integrations.server.responses_api.options import responses_options
 from llamacpp_integrations.server.responses_api.schemas import ResponsesBody
-from llamacpp_integrations.testing import ScriptedEngine as PublicScriptedEngine
+from llamacpp_integrations.testing import ScriptedEngine
 from tests.builders.reasoning_templates import QWQ
 
-from .recording_engine import INFO
+from .tiny_model import INFO
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
@@ -47,11 +46,9 @@ CALL_SCRIPT = (
 )
 
 
-@dataclass
-class ScriptedEngine(PublicScriptedEngine):
-    """The public scripted engine, with this module's model."""
-
-    info: ModelInfo = INFO
+def scripted(**fields: Any) -> ScriptedEngine:
+    """The public ``ScriptedEngine``, with this module's model."""
+    return ScriptedEngine(**{"info": INFO, **fields})
 
 
 def _post(engine: ScriptedEngine, **body: Any) -> Any:
@@ -138,7 +135,7 @@ def test_input_items_become_chat_messages_one_assistant_turn_per_answer() -> Non
 
 def test_tools_with_a_json_format_answer_with_calls_or_the_document() -> None:
     """What the Agents SDK sends for an agent with an output type."""
-    engine = ScriptedEngine(script=['{"city": "Oslo"}'])
+    engine = scripted(script=['{"city": "Oslo"}'])
     answer = _post(engine, tools=[WEATHER], text={"format": {"type": "json_object"}})
     assert answer.status_code == 200, answer.text
     (request,) = engine.requests
@@ -182,7 +179,7 @@ def test_tools_with_a_json_format_answer_with_calls_or_the_document() -> None:
     ],
 )
 def test_bad_or_unsupported_fields_are_400s_naming_them(body: dict[str, Any], param: str) -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     answer = _post(engine, **body)
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
@@ -191,7 +188,7 @@ def test_bad_or_unsupported_fields_are_400s_naming_them(body: dict[str, Any], pa
 
 
 def test_fields_that_change_nothing_are_accepted() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     answer = _post(
         engine,
         store=False,
@@ -211,7 +208,7 @@ def test_fields_that_change_nothing_are_accepted() -> None:
 
 
 def test_sampling_limits_format_and_tools_reach_the_request() -> None:
-    engine = ScriptedEngine()
+    engine = scripted()
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     _post(
         engine,
@@ -255,7 +252,7 @@ def test_reasoning_effort_maps_to_the_switch_and_a_budget(
 
 
 def test_effort_reaches_a_reasoning_template_and_the_context_bounds_its_budget() -> None:
-    engine = ScriptedEngine(info=replace(INFO, chat_template=QWQ))
+    engine = scripted(info=replace(INFO, chat_template=QWQ))
     _post(engine, reasoning={"effort": "medium"})
     (request,) = engine.requests
     assert isinstance(request, ChatRequest) and request.reasoning is not None
@@ -267,7 +264,7 @@ def test_effort_reaches_a_reasoning_template_and_the_context_bounds_its_budget()
 
 
 def test_a_whole_answer_has_reasoning_then_message_and_usage() -> None:
-    engine = ScriptedEngine(script=(("Think.", ""), ("", "Hello"), ("", "!")))
+    engine = scripted(script=(("Think.", ""), ("", "Hello"), ("", "!")))
     body = _post(engine, instructions="Be nice.", temperature=0).json()
     response = Response.model_validate(body)
     assert response.status == "completed" and response.id.startswith("resp_")
@@ -282,7 +279,7 @@ def test_a_whole_answer_has_reasoning_then_message_and_usage() -> None:
 
 
 def test_a_whole_call_and_a_cut_one() -> None:
-    engine = ScriptedEngine(script=CALL_SCRIPT)
+    engine = scripted(script=CALL_SCRIPT)
     body = _post(engine, tools=[WEATHER], tool_choice="required").json()
     response = Response.model_validate(body)
     (call,) = response.output
@@ -290,7 +287,7 @@ def test_a_whole_call_and_a_cut_one() -> None:
     assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Oslo"}
     assert call.call_id and call.id and call.id != call.call_id
     assert response.tools[0].type == "function" and response.tool_choice == "required"
-    cut = ScriptedEngine(script=CALL_SCRIPT[:2], finish="length")
+    cut = scripted(script=CALL_SCRIPT[:2], finish="length")
     body = _post(cut, tools=[WEATHER], tool_choice="required", max_output_tokens=2).json()
     response = Response.model_validate(body)
     assert response.status == "incomplete"
@@ -302,7 +299,7 @@ def test_a_whole_call_and_a_cut_one() -> None:
 
 
 def test_a_cut_text_answer_is_incomplete() -> None:
-    body = _post(ScriptedEngine(finish="length"), max_output_tokens=2).json()
+    body = _post(scripted(finish="length"), max_output_tokens=2).json()
     response = Response.model_validate(body)
     assert response.status == "incomplete" and response.completed_at is None
     assert response.output[0].status == "incomplete" and response.output_text == "Hello there"
@@ -312,7 +309,7 @@ def test_a_cut_text_answer_is_incomplete() -> None:
 
 
 def test_a_stream_opens_fills_and_closes_each_item_in_order() -> None:
-    engine = ScriptedEngine(script=(("Think", ""), (" more.", ""), ("", "Hel"), ("", "lo")))
+    engine = scripted(script=(("Think", ""), (" more.", ""), ("", "Hel"), ("", "lo")))
     events = _events(engine)
     assert [e["type"] for e in events] == [
         "response.created",
@@ -348,7 +345,7 @@ def test_a_stream_opens_fills_and_closes_each_item_in_order() -> None:
 
 
 def test_a_streamed_call_and_a_cut_one() -> None:
-    events = _events(ScriptedEngine(script=CALL_SCRIPT), tools=[WEATHER], tool_choice="auto")
+    events = _events(scripted(script=CALL_SCRIPT), tools=[WEATHER], tool_choice="auto")
     (added,) = [e for e in events if e["type"] == "response.output_item.added"]
     assert added["item"]["name"] == "get_weather" and added["item"]["arguments"] == ""
     deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
@@ -358,7 +355,7 @@ def test_a_streamed_call_and_a_cut_one() -> None:
     (call,) = events[-1]["response"]["output"]
     assert call["status"] == "completed" and call["call_id"] == added["item"]["call_id"]
     cut = _events(
-        ScriptedEngine(script=CALL_SCRIPT[:2], finish="length"),
+        scripted(script=CALL_SCRIPT[:2], finish="length"),
         tools=[WEATHER],
         tool_choice="required",
     )
@@ -370,7 +367,7 @@ def test_a_streamed_call_and_a_cut_one() -> None:
 
 
 def test_an_error_after_the_stream_began_is_an_error_event() -> None:
-    events = _events(ScriptedEngine(fail_at=1))
+    events = _events(scripted(fail_at=1))
     assert events[-2]["type"] == "response.output_text.delta"
     error = events[-1]
     assert error["type"] == "error" and error["code"] == "engine_error"
@@ -378,6 +375,6 @@ def test_an_error_after_the_stream_began_is_an_error_event() -> None:
 
 
 def test_an_error_before_the_stream_began_is_a_status() -> None:
-    answer = _post(ScriptedEngine(fail_at=0), stream=True)
+    answer = _post(scripted(fail_at=0), stream=True)
     assert answer.status_code == 500
     assert answer.json()["error"]["code"] == "engine_error"

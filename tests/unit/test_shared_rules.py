@@ -17,8 +17,8 @@ from llamacpp_integrations.models import read_gguf_info
 from llamacpp_integrations.server import create_app, default_model_name
 from llamacpp_integrations.server.openai.bodies import ResponseIds, chat_response
 
-from .recording_engine import INFO, RecordingEngine
 from .test_models import valid_gguf  # a tiny GGUF: "Tiny Test", trained on 4096
+from .tiny_model import INFO, tiny_engine
 
 PACKAGE = Path(__file__).resolve().parents[2] / "llamacpp_integrations"
 
@@ -34,7 +34,7 @@ def _gguf(tmp_path: Path, name: str) -> Path:
 
 def test_one_rule_names_a_model_everywhere(tmp_path: Path) -> None:
     gguf = _gguf(tmp_path, "tiny-Q8_0.gguf")
-    engine = RecordingEngine(info=replace(INFO, path=str(gguf)))
+    engine = tiny_engine(info=replace(INFO, path=str(gguf)))
     expected = client.model_display_name(gguf)
     assert expected == "tiny-Q8_0"  # the file name without .gguf, not "Tiny Test Model"
     chat = ChatLlamaCpp(engine=engine)
@@ -52,7 +52,7 @@ def test_one_rule_names_a_model_everywhere(tmp_path: Path) -> None:
 def test_the_server_lists_its_model_by_the_rule() -> None:
     from starlette.testclient import TestClient
 
-    with TestClient(create_app(RecordingEngine())) as http:
+    with TestClient(create_app(tiny_engine())) as http:
         (card,) = http.get("/v1/models").json()["data"]
     assert card["id"] == client.model_display_name(INFO.path) == "tiny-Q8_0"
 
@@ -83,7 +83,7 @@ def test_the_profile_estimate_leaves_the_binding_unmade(tmp_path: Path) -> None:
 
 def test_a_loaded_engine_reports_its_own_window(tmp_path: Path) -> None:
     header = read_gguf_info(_gguf(tmp_path, "tiny.gguf"))
-    llm = LlamaCpp(engine=RecordingEngine())
+    llm = LlamaCpp(engine=tiny_engine())
     assert llm.binding.window(header) == client.ModelWindow(256, "tiny-Q8_0")
 
 
@@ -106,7 +106,7 @@ OPENAI_SHAPE = [
 
 def test_langchain_and_the_server_write_logprobs_one_way() -> None:
     assert client.openai_logprobs(LOGPROBS) == OPENAI_SHAPE
-    engine = RecordingEngine(logprobs=LOGPROBS)
+    engine = tiny_engine(logprobs=LOGPROBS)
     chat = ChatLlamaCpp(engine=engine, logprobs=True)
     whole = chat.invoke("hi").response_metadata["logprobs"]["content"]
     streamed = [

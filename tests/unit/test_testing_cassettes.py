@@ -44,6 +44,8 @@ from llamacpp_integrations.testing import (
     RecordingEngine,
     ReplayEngine,
     ScriptedEngine,
+    ScriptedRerankingEngine,
+    ScriptedTokenPieceEngine,
     generation_fingerprint,
 )
 from llamacpp_integrations.testing.cassette import MIGRATIONS
@@ -298,25 +300,10 @@ def test_all_overwrites_and_once_refuses_an_existing_cassette(tmp_path: Path) ->
 # ---- the engine a replay is ------------------------------------------------------------------
 
 
-class _Reranking(ScriptedEngine):
-    def rerank(
-        self, query: str, documents: Any, *, truncate: bool = False, timeout: Any = None
-    ) -> list[float]:
-        return [float(len(d)) for d in documents]
-
-    async def arerank(
-        self, query: str, documents: Any, *, truncate: bool = False, timeout: Any = None
-    ) -> list[float]:
-        return self.rerank(query, documents)
-
-    def token_piece(self, token: int, *, special: bool = True) -> bytes:
-        return bytes([token, 0xFF])
-
-
 def test_a_replay_offers_the_capabilities_the_recorded_engine_had(tmp_path: Path) -> None:
     plain, ranking = tmp_path / "plain.jsonl", tmp_path / "ranking.jsonl"
     assert not isinstance(RecordingEngine(ScriptedEngine(), plain), RerankingEngine)
-    recorder = RecordingEngine(_Reranking(), ranking)
+    recorder = RecordingEngine(ScriptedRerankingEngine(score=lambda q, d: float(len(d))), ranking)
     assert isinstance(recorder, RerankingEngine) and isinstance(recorder, RecordingEngine)
     scores = recorder.rerank("q", ["a", "bb"])
     _record(plain, _chat("Hi"))
@@ -328,12 +315,17 @@ def test_a_replay_offers_the_capabilities_the_recorded_engine_had(tmp_path: Path
 
 def test_token_pieces_replay_as_bytes(tmp_path: Path) -> None:
     path = tmp_path / "pieces.jsonl"
-    recorder = RecordingEngine(_Reranking(), path)
-    assert isinstance(recorder, TokenPieceEngine)
+    recorder = RecordingEngine(ScriptedTokenPieceEngine(piece=lambda t: bytes([t, 0xFF])), path)
+    assert isinstance(recorder, TokenPieceEngine) and not isinstance(recorder, RerankingEngine)
     piece = recorder.token_piece(7)
     replay = ReplayEngine(path)
-    assert isinstance(replay, TokenPieceEngine) and isinstance(replay, RerankingEngine)
+    assert isinstance(replay, TokenPieceEngine) and not isinstance(replay, RerankingEngine)
     assert replay.token_piece(7) == piece == b"\x07\xff"
+    # An engine with several capabilities replays with all of them.
+    both = frozenset({"rerank", "token_piece"})
+    cassette = Cassette(None, engine=EngineRecord(info=SCRIPTED_INFO, capabilities=both))
+    replay = ReplayEngine(cassette)
+    assert isinstance(replay, TokenPieceEngine) and isinstance(replay, RerankingEngine)
 
 
 def test_pace_keeps_the_recorded_delays() -> None:

@@ -39,7 +39,7 @@ from llamacpp_integrations.tools.tool_spec import (
     normalize_tools,
 )
 
-from .recording_engine import RecordingEngine
+from .tiny_model import tiny_engine
 
 WEATHER_PARAMETERS = {
     "type": "object",
@@ -595,6 +595,6 @@ LLAMA3_CALLS = FUNCTOOLS_STYLE.replace(
 def test_llama3_syntax_is_read_off_the_rendered_call(
     template: str, syntax: CallSyntax | None
 ) -> None:
-    support = detect_tool_support(RecordingEngine(), template)
+    support = detect_tool_support(tiny_engine(), template)
     assert support.renders_tools and support.renders_tool_calls and support.renders_tool_results
     assert support.syntax == syntax
