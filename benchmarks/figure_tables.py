@@ -323,3 +323,73 @@ def shared_prefix_walls(results: Results) -> str:
     cells = " | ".join(f"{memory[side]:.0f} MiB" if side in memory else "" for side in sides)
     lines.append(f"| memory after one short answer, no settings | {cells} |")
     return "\n".join(lines)
+
+
+MODEL_NAMES = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M"}
+
+
+def kv_cache_types(results: Results) -> str:
+    """docs/performance.md: each KV cache type's bytes per cell (from the GGUF header and as
+    llama.cpp reported its cache) and its agreement with f16 (kv_cache_types.json)."""
+    cache_names = {"f16+fa": "f16 + flash attention"}
+    lines = [
+        "| model | cache | bytes per cell (header) | reported by llama.cpp "
+        "| top-1 agreement with f16 | first differing token, 5 prompts |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model in results["kv_cache_types"]["models"]:
+        header = model["header"]
+        heads = f"{header['kv_heads']} KV head{'s' if header['kv_heads'] != 1 else ''}"
+        name = (
+            f"{MODEL_NAMES.get(model['model'], model['model'])} ({header['layers']} layers, "
+            f"{heads} of {header['key_length']})"
+        )
+        for index, (cache, row) in enumerate(model["types"].items()):
+            base = cache.split("+")[0]
+            reported = sum(c["bytes_per_cell"] for c in row["reported_caches"])
+            agreement = f"{row['teacher_forced_top1_agreement']:.3f}"
+            firsts = ", ".join(
+                "-" if f is None else str(f) for f in row["teacher_forced_first_difference"]
+            )
+            lines.append(
+                f"| {name if index == 0 else ''} | {cache_names.get(cache, cache)} "
+                f"| {header['bytes_per_cell'][base]:,.0f} | {reported:,.0f} "
+                f"| {agreement}{' (baseline)' if cache == 'f16' else ''} | {firsts} |"
+            )
+    return "\n".join(lines)
+
+
+def shared_prefix_walls(results: Results) -> str:
+    """docs/performance.md: requests that begin alike, each side's wall and first-token times,
+    and each side's memory with no settings (shared_prefix.json)."""
+    document = results["shared_prefix"]
+    sides = ["ours", "ours, unified", "ours, sharing off", "llama-server"]
+    figures = document["figures"]
+    n = document["settings"]["n"]
+    rows = [
+        (f"{n} chats over one ~1,900-token system prompt, at once, cold: wall", "cold", "wall_s"),
+        ("the same, mean time to first token", "cold", "mean_ttft_s"),
+        ("the same again (warm): wall", "warm", "wall_s"),
+        (
+            "32 documents under one ~900-token instruction, at once (a map step): wall",
+            "map",
+            "wall_s",
+        ),
+        (
+            "8 agents at once, 3 turns each, under a ~1,700-token tool listing: wall",
+            "agents",
+            "wall_s",
+        ),
+        (f"{n} unrelated short chats at once: wall", "unrelated", "wall_s"),
+    ]
+    lines = [
+        "| | ours | ours, unified cache | ours, sharing off | llama-server |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, case, key in rows:
+        cells = " | ".join(f"{figures[side][case][key]:.1f} s" for side in sides)
+        lines.append(f"| {label} | {cells} |")
+    memory = document["default_memory_mib"]
+    cells = " | ".join(f"{memory[side]:.0f} MiB" if side in memory else "" for side in sides)
+    lines.append(f"| memory after one short answer, no settings | {cells} |")
+    return "\n".join(lines)

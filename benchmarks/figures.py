@@ -96,7 +96,7 @@ class Results:
 
 # --- paths and expressions -------------------------------------------------------------------
 
-PATH_STEP = re.compile(r"\.(?P<key>[A-Za-z_][\w-]*)|\[(?P<sub>[^\]]*)\]")
+PATH_STEP = re.compile(r"\.(?P<key>[\w-]+)|\[(?P<sub>[^\]]*)\]")
 IDENT = re.compile(r"[A-Za-z_]\w*")
 NUMERIC = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?")
 
