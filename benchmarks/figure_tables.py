@@ -323,3 +323,66 @@ def shared_prefix_walls(results: Results) -> str:
     cells = " | ".join(f"{memory[side]:.0f} MiB" if side in memory else "" for side in sides)
     lines.append(f"| memory after one short answer, no settings | {cells} |")
     return "\n".join(lines)
+
+
+def reproducibility_layout(results: Results) -> str:
+    """docs/reproducibility.md: what the prefill layout costs, each block size against the
+    layout off (reproducibility.json, the latest run of make bench-repro)."""
+    layout = results["reproducibility"]["layout"]
+    sides = [("block 64", "64 (default)"), ("block 32", "32"), ("block 128", "128"), ("off", "off")]
+    off = layout["off"]
+
+    def cell(row: Mapping[str, Any], key: str) -> str:
+        return f"{row[f'{key}_evaluated']} ({row[f'{key}_ttft_s']:.2f} s)"
+
+    rows = [
+        (
+            "a long prompt read cold, tokens/s (against off)",
+            lambda r: (
+                f"{r['long_prompt_tokens_per_s']:.0f} "
+                f"({r['long_prompt_tokens_per_s'] / off['long_prompt_tokens_per_s']:.2f}x)"
+            ),
+        ),
+        (
+            "a short chat read cold, time to first token",
+            lambda r: f"{r['short_cold_ttft_s'] * 1000:.0f} ms",
+        ),
+        (
+            "the same short chat again (cached), time to first token",
+            lambda r: f"{r['short_cached_ttft_s'] * 1000:.0f} ms",
+        ),
+        (
+            "a follow-up sent at once, prompt tokens read (time to first token)",
+            lambda r: cell(r, "follow_up"),
+        ),
+        (
+            "a follow-up after a pause, prompt tokens read (time to first token)",
+            lambda r: cell(r, "follow_up_after_idle"),
+        ),
+    ]
+    lines = [
+        "| prefill block | " + " | ".join(label for _, label in sides) + " |",
+        "|---|" + "---:|" * len(sides),
+    ]
+    for label, render in rows:
+        lines.append(f"| {label} | " + " | ".join(render(layout[key]) for key, _ in sides) + " |")
+    return "\n".join(lines)
+
+
+def reproducibility_deterministic(results: Results) -> str:
+    """docs/reproducibility.md: deterministic=True against the default, tokens/s at each
+    concurrency (reproducibility.json)."""
+    runs = results["reproducibility"]["deterministic"]
+    levels = list(runs)
+    default = [runs[level]["default"]["tokens_per_s"] for level in levels]
+    alone = [runs[level]["deterministic"]["tokens_per_s"] for level in levels]
+    lines = [
+        "| concurrent requests | " + " | ".join(levels) + " |",
+        "|---|" + "---:|" * len(levels),
+        "| default, tokens/s | " + " | ".join(f"{v:.0f}" for v in default) + " |",
+        "| deterministic, tokens/s | " + " | ".join(f"{v:.0f}" for v in alone) + " |",
+        "| deterministic / default | "
+        + " | ".join(f"{a / d:.2f}x" for a, d in zip(alone, default, strict=True))
+        + " |",
+    ]
+    return "\n".join(lines)
