@@ -386,3 +386,54 @@ def reproducibility_deterministic(results: Results) -> str:
         + " |",
     ]
     return "\n".join(lines)
+
+
+def soak_summary(results: Results) -> str:
+    """docs/reliability.md: the soak's accounting (soak.json): requests by how they ended, and
+    what a leak would move (memory, threads, descriptors, KV cells)."""
+    document = results["soak"]
+    ended: dict[str, int] = {}
+    kinds = set()
+    for key, count in document["outcomes"].items():
+        kind, outcome = key.split("/", 1)
+        kinds.add(kind)
+        ended[outcome] = ended.get(outcome, 0) + count
+    names = {
+        "abandoned": "abandoned",
+        "task-cancelled": "task-cancelled",
+        "cancelled": "cancelled mid-prompt or mid-stream",
+        "timeout": "timed out",
+        "overloaded": "overloaded",
+    }
+    typed = [(names[o], ended[o]) for o in names if ended.get(o)]
+    rss, samples = document["rss_mb"], document["samples"]
+    peak = document["rss_peak_mb"]
+    last_peak = max(i for i, s in enumerate(samples) if s["rss_mb"] == peak)
+    after = [s["rss_mb"] for s in samples[last_peak + 1 :]]
+    minutes = (samples[-1]["t"] - samples[last_peak]["t"]) / 60
+    threads, fds = document["threads"], document["fds"]
+    lines = [
+        "| Figure | Value |",
+        "|---|---|",
+        f"| Requests | {document['requests']} of {len(kinds)} kinds; "
+        f"{sum(n for _, n in typed)} of them ended "
+        + ", ".join(f"{name} ({n})" for name, n in typed)
+        + ", each with its typed error |",
+        f"| Untyped errors, requests never ended or ended twice | {len(document['untyped'])}, "
+        f"{len(document['never_ended'])}, {len(document['double_ends'])} |",
+        f"| RSS: start, after warm-up, end (peak) | {rss['start']:.1f} MB, "
+        f"{rss['after_warmup']:.1f} MB, {rss['end']:.1f} MB ({peak:.1f} MB); after the peak, "
+        f"{min(after):.1f} to {max(after):.1f} MB over the last {minutes:.0f} minutes |",
+        f"| Threads: before the load, peak, end | {threads['before']}, {threads['peak']}, "
+        f"{threads['end']} |",
+        f"| File descriptors: before the load, peak, end | {fds['before']}, {fds['peak']}, "
+        f"{fds['end']} |",
+        f"| KV cells: peak, at the end (after `clear_cache`) | {document['kv_cells_peak']}, "
+        f"{document['kv_cells_end']} |",
+        f"| Queue depth peak | {document['queue_depth_peak']} (the limit: "
+        f"{document['settings']['max_queued']}) |",
+        "| Fixed greedy prompts, start vs end | "
+        + ("identical" if document["checks"]["fixed greedy prompts unchanged"] else "changed")
+        + " |",
+    ]
+    return "\n".join(lines)
