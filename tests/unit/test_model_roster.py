@@ -317,6 +317,11 @@ def registry_models(
     registry.unload_kept_engines()
 
 
+def _live(opened: dict[ScriptedEngine, EngineConfig]) -> list[object]:
+    """The registry's live engines that this test opened (others' tests may leave theirs)."""
+    return [engine for engine in registry.live_engines() if engine in opened]
+
+
 async def test_keep_alive_zero_unloads_when_the_last_answer_ends(
     registry_models: dict[str, str], opened: dict[ScriptedEngine, EngineConfig]
 ) -> None:
@@ -334,7 +339,7 @@ async def test_keep_alive_zero_unloads_when_the_last_answer_ends(
 
 
 async def test_a_kept_model_is_taken_again_and_unloaded_by_close(
-    registry_models: dict[str, str],
+    registry_models: dict[str, str], opened: dict[ScriptedEngine, EngineConfig]
 ) -> None:
     roster = OnDemandRoster(registry_models, keep_alive=-1)
     lease = await roster.lease("beta")
@@ -345,7 +350,7 @@ async def test_a_kept_model_is_taken_again_and_unloaded_by_close(
     assert again.engine is engine  # kept: nothing loaded again
     again.release()
     roster.close()
-    assert engine.closed and registry.live_engines() == []
+    assert engine.closed and _live(opened) == []
 
 
 async def test_keep_alive_expires(registry_models: dict[str, str]) -> None:
@@ -363,7 +368,7 @@ async def test_keep_alive_expires(registry_models: dict[str, str]) -> None:
 
 
 def test_the_app_routes_by_model_and_guards_every_endpoint(
-    registry_models: dict[str, str],
+    registry_models: dict[str, str], opened: dict[ScriptedEngine, EngineConfig]
 ) -> None:
     app = create_app(roster=OnDemandRoster(registry_models), api_key="sesame")
     key = {"Authorization": "Bearer sesame"}
@@ -384,7 +389,7 @@ def test_the_app_routes_by_model_and_guards_every_endpoint(
         nameless = client.post("/v1/embeddings", json={"input": "x"}, headers=key)
         assert nameless.status_code == 400 and nameless.json()["error"]["param"] == "model"
         assert client.get("/v1/models/beta", headers=key).json()["status"]["value"] == "loaded"
-        (engine,) = registry.live_engines()  # one load for both answers, kept after them
+        (engine,) = _live(opened)  # one load for both answers, kept after them
     assert engine.closed  # unloaded when the app stopped
     with pytest.raises(TypeError, match="engine or a roster"):
         create_app()

@@ -2,30 +2,30 @@
 
 The templates (``tests/builders/reasoning_templates.py``) are written in the style of each
 family's published chat template and rendered by the package's own sandboxed Jinja renderer
-behind a fake engine. The recorded outputs are literal strings shaped like what those models
-write; each is split whole, fed one character at a time and fed in random pieces, and the three
-must agree.
+behind the public ``ScriptedEngine``. The recorded outputs are literal strings shaped like what
+those models write; each is split whole, fed one character at a time and fed in random pieces,
+and the three must agree.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llamacpp_integrations.engine import ChatRequest, InferenceEngine
+from llamacpp_integrations.engine import ChatRequest
 from llamacpp_integrations.errors import ChatTemplateError
-from llamacpp_integrations.prompts.chat_template import ChatTemplate, messages_to_dicts
 from llamacpp_integrations.prompts.reasoning import (
     ReasoningFormat,
     ReasoningSplitter,
     split_reasoning,
     template_kwargs_for,
 )
+from llamacpp_integrations.testing import SCRIPTED_INFO, ScriptedEngine
 from llamacpp_integrations.tools import detect_reasoning
 from tests.builders.reasoning_templates import (
     CHATML,
@@ -40,29 +40,9 @@ from tests.builders.reasoning_templates import (
 )
 
 
-class TemplateEngine:
-    """Just enough of an engine for the probes: chat requests rendered with a real template."""
-
-    def __init__(self, source: str | None) -> None:
-        self.source = source
-        self.requests: list[ChatRequest] = []
-
-    def render_chat(self, request: ChatRequest) -> str:
-        self.requests.append(request)
-        source = request.chat_template or self.source
-        if source is None:
-            raise ChatTemplateError("the model has no chat template")
-        template = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
-        return template.render(
-            messages_to_dicts(request.messages),
-            add_generation_prompt=request.add_generation_prompt,
-            tools=list(request.tools) if request.tools is not None else None,
-            **dict(request.template_kwargs),
-        )
-
-
-def engine_for(source: str | None) -> InferenceEngine:
-    return cast(InferenceEngine, TemplateEngine(source))
+def engine_for(source: str | None) -> ScriptedEngine:
+    """Just enough of an engine for the probes: chat requests rendered with ``source``."""
+    return ScriptedEngine(info=replace(SCRIPTED_INFO, chat_template=source))
 
 
 def render(source: str, messages: list[dict[str, Any]], **kwargs: Any) -> str:
@@ -76,9 +56,9 @@ def test_detects_each_family(source: str, expected: ReasoningFormat | None) -> N
 
 @pytest.mark.parametrize(("source", "expected"), DETECTED.values(), ids=DETECTED.keys())
 def test_detects_a_template_given_per_request(source: str, expected: object) -> None:
-    engine = TemplateEngine(CHATML)
-    assert detect_reasoning(cast(InferenceEngine, engine), source) == expected
-    assert all(request.chat_template == source for request in engine.requests)
+    engine = engine_for(CHATML)
+    assert detect_reasoning(engine, source) == expected
+    assert engine.rendered and all(r.chat_template == source for r in engine.rendered)
 
 
 def test_no_template_at_all_is_the_callers_problem() -> None:

@@ -1,4 +1,5 @@
-"""The registry's locking, with a stand-in for ``Engine`` whose "load" blocks until released.
+"""The registry's locking, with a stand-in loader whose "load" (of a ``ScriptedEngine``) blocks
+until released.
 
 Loading a real model takes seconds; what matters here is who waits for whom: a load of one
 configuration must not hold up callers of another, and concurrent callers of one configuration
@@ -9,34 +10,45 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
 from llamacpp_integrations.engine import EngineConfig, registry
+from llamacpp_integrations.testing import ScriptedEngine
 
 
-class _SlowEngine:
-    loads: ClassVar[list[str]] = []
-    gates: ClassVar[dict[str, threading.Event]] = {}
+@dataclass
+class SlowLoader:
+    """Opens a scripted engine where the registry would load a model: a load of a file named in
+    ``gates`` waits for its gate, a file named ``broken*`` fails to load, and ``loads`` keeps
+    the file names in the order their loads began."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    loads: list[str] = field(default_factory=list)
+    gates: dict[str, threading.Event] = field(default_factory=dict)
+
+    def __call__(self, config: EngineConfig) -> ScriptedEngine:
         assert config.model is not None
         name = Path(config.model).name
-        _SlowEngine.loads.append(name)
-        gate = _SlowEngine.gates.get(name)
+        self.loads.append(name)
+        gate = self.gates.get(name)
         if gate is not None and not gate.wait(10):
             raise TimeoutError("test gate never opened")
         if name.startswith("broken"):
             raise RuntimeError("cannot load")
-        self.closed = False
+        return ScriptedEngine()
 
 
 @pytest.fixture
-def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    monkeypatch.setattr(registry, "open_local_engine", _SlowEngine)
-    _SlowEngine.loads, _SlowEngine.gates = [], {}
+def loader(monkeypatch: pytest.MonkeyPatch) -> SlowLoader:
+    made = SlowLoader()
+    monkeypatch.setattr(registry, "open_local_engine", made)
+    return made
+
+
+@pytest.fixture
+def models(tmp_path: Path, loader: SlowLoader) -> Iterator[dict[str, str]]:
     paths = {}
     for name in ("slow.gguf", "fast.gguf", "broken.gguf"):
         path = tmp_path / name
@@ -45,13 +57,15 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     yield paths
 
 
-def test_a_slow_load_does_not_block_other_models(models: dict[str, str]) -> None:
-    _SlowEngine.gates["slow.gguf"] = gate = threading.Event()
+def test_a_slow_load_does_not_block_other_models(
+    models: dict[str, str], loader: SlowLoader
+) -> None:
+    loader.gates["slow.gguf"] = gate = threading.Event()
     slow = threading.Thread(
         target=registry.shared_engine, args=(EngineConfig(model=models["slow.gguf"]),)
     )
     slow.start()
-    while "slow.gguf" not in _SlowEngine.loads:
+    while "slow.gguf" not in loader.loads:
         threading.Event().wait(0.001)
     # The slow load is in progress: another model is served right away.
     fast = registry.shared_engine(EngineConfig(model=models["fast.gguf"]))
@@ -59,11 +73,11 @@ def test_a_slow_load_does_not_block_other_models(models: dict[str, str]) -> None
     assert slow.is_alive()
     gate.set()
     slow.join(10)
-    assert _SlowEngine.loads.count("slow.gguf") == 1
+    assert loader.loads.count("slow.gguf") == 1
 
 
-def test_concurrent_callers_share_one_load(models: dict[str, str]) -> None:
-    _SlowEngine.gates["slow.gguf"] = gate = threading.Event()
+def test_concurrent_callers_share_one_load(models: dict[str, str], loader: SlowLoader) -> None:
+    loader.gates["slow.gguf"] = gate = threading.Event()
     config = EngineConfig(model=models["slow.gguf"])
     results: list[object] = []
     threads = [
@@ -72,19 +86,21 @@ def test_concurrent_callers_share_one_load(models: dict[str, str]) -> None:
     ]
     for thread in threads:
         thread.start()
-    while "slow.gguf" not in _SlowEngine.loads:
+    while "slow.gguf" not in loader.loads:
         threading.Event().wait(0.001)
     gate.set()
     for thread in threads:
         thread.join(10)
-    assert _SlowEngine.loads == ["slow.gguf"]
+    assert loader.loads == ["slow.gguf"]
     assert len(results) == 4 and all(engine is results[0] for engine in results)
 
 
-def test_a_failed_load_is_retried_by_the_next_caller(models: dict[str, str]) -> None:
+def test_a_failed_load_is_retried_by_the_next_caller(
+    models: dict[str, str], loader: SlowLoader
+) -> None:
     config = EngineConfig(model=models["broken.gguf"])
     for _ in range(2):
         with pytest.raises(RuntimeError, match="cannot load"):
             registry.shared_engine(config)
-    assert _SlowEngine.loads == ["broken.gguf", "broken.gguf"]
+    assert loader.loads == ["broken.gguf", "broken.gguf"]
     assert registry._LOADING == {}
