@@ -389,6 +389,8 @@ def main() -> None:
             "threads": threads,
             "load_1min_before": round(load_before, 2),
             "load_1min_after": round(load, 2),
+            # The server's command line, as run (ours: Engine(model, n_threads) defaults).
+            "llama_server_flags": results.server_flags(server_process.command),
         },
         ours={"seconds_per_chunk": turns["ours_s"]},
         server={"seconds_per_chunk": turns["server_s"]},

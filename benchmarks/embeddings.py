@@ -120,6 +120,9 @@ def main() -> None:
             "repeat": args.repeat,
             "threads": os.cpu_count(),
             "peer": "langchain-community LlamaCppEmbeddings (llama-cpp-python Llama)",
+            # Each side's constructor, as run (the rest: each package's defaults).
+            "ours_settings": {"model": "the path above"},
+            "peer_settings": {"model_path": "the path above", "n_threads": os.cpu_count()},
         },
         ours=mine,
         peer=theirs,

@@ -227,6 +227,13 @@ def main() -> None:
             "max_tokens": args.max_tokens,
             "repeat": args.repeat,
             "peer": f"llama-cpp-python {llama_cpp.__version__} Llava15ChatHandler",
+            # The peer's constructor, as run.
+            "peer_settings": {
+                "n_ctx": 2048,
+                "n_threads": args.threads or os.cpu_count() or 1,
+                "n_threads_batch": args.threads or os.cpu_count() or 1,
+                "rest": "llama_cpp.Llama defaults",
+            },
         },
         rounds=rounds,
     )

@@ -197,6 +197,15 @@ def main() -> None:
             "repeat": args.repeat,
             "server_settings": "as ours (split KV, flash attention off)" if mirror else "defaults",
             "repacking_off": cpu_advertises_amx(),
+            # Every side's settings, as run: ours (the rest EngineConfig's defaults) and the
+            # server's command line.
+            "ours": {
+                "n_seq_max": slots,
+                "n_ctx_per_seq": n_ctx_per_seq,
+                "realign_when_idle": False,
+                "rest": "EngineConfig defaults",
+            },
+            "llama_server_flags": results.server_flags(server.command),
         },
         levels=[
             {"concurrent": n, "ours": asdict(o), "server": asdict(s)}

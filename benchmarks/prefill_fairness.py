@@ -186,7 +186,15 @@ def main() -> None:
     results.write(
         args.json,
         "prefill_fairness",
-        {"model": args.model, "threads": threads, "rounds": args.rounds, "streams": STREAMS},
+        {
+            "model": args.model,
+            "threads": threads,
+            "rounds": args.rounds,
+            "streams": STREAMS,
+            # Every side, as run: ours (one engine per prefill_per_step) and the server.
+            "ours": {"n_seq_max": STREAMS + 1, "n_ctx_per_seq": N_CTX, "prefill_per_step": steps},
+            "llama_server_flags": results.server_flags(process.command) if process else None,
+        },
         **report,
     )
 

@@ -227,6 +227,8 @@ def main() -> None:
             "repeat": args.repeat,
             "prefixes": args.prefixes,
             "per_prefix": args.per_prefix,
+            # Both llama-servers' command line, as run (ours and ChatOpenAI are their clients).
+            "llama_server_flags": results.server_flags(servers[0].command),
         },
         levels=[asdict(r) for r in table],
         cache=cache,

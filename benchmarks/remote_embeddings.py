@@ -130,6 +130,8 @@ def main() -> None:
             "slots": args.slots,
             "threads": threads,
             "rounds": args.rounds,
+            # The server every remote peer calls, as run; the local engine's settings: n_threads.
+            "llama_server_flags": results.server_flags(server.command),
         },
         peers=[
             {

@@ -67,6 +67,22 @@ def machine() -> dict[str, Any]:
     }
 
 
+def server_flags(command: list[str], model: str | None = None) -> list[str]:
+    """A server's command line as a results file keeps it (its side's settings): the flags,
+    without the program, with the model (after ``-m``/``--model``, or the word equal to
+    ``model``) as its file name and without the port chosen per run."""
+    flags: list[str] = []
+    words = iter(command[1:])
+    for word in words:
+        if word in ("-m", "--model"):
+            flags += [word, Path(next(words, "")).name]
+        elif word == "--port":
+            next(words, None)
+        else:
+            flags.append(Path(word).name if model is not None and word == model else word)
+    return flags
+
+
 def write(path: str | Path | None, benchmark: str, settings: dict[str, Any], **data: Any) -> None:
     """Write one benchmark's results (nothing when ``path`` is None): the machine, the
     ``settings`` of every side measured (ours and each peer's), then the figures."""

@@ -381,6 +381,10 @@ def main() -> None:
             "max_tokens": args.max_tokens,
             "max_queued": args.max_queued,
             "open_loop_duration_s": args.duration,
+            # Every side's command line, as run (python -m llamacpp_integrations.cli for ours).
+            "ours_flags": results.server_flags(ours.command[2:], model),
+            "llama_server_flags": results.server_flags(peer.command),
+            "llama_cpp_python_flags": results.server_flags(lcp.command[2:]) if lcp_levels else None,
         },
         levels=[asdict(level) for pair in levels for level in pair] + [asdict(e) for e in extra],
     )

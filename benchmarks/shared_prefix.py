@@ -333,7 +333,24 @@ def main() -> None:
     results.write(
         args.json,
         "shared_prefix",
-        {"model": args.model, "threads": threads, "rounds": args.rounds, "n": N},
+        {
+            "model": args.model,
+            "threads": threads,
+            "rounds": args.rounds,
+            "n": N,
+            # Every side, as run: our three engines (from one config) and the server's command
+            # line (the memory figure starts it again with no -np and -c).
+            "ours": {
+                "n_seq_max": N,
+                "n_ctx_per_seq": N_CTX,
+                "n_threads": threads,
+                "realign_when_idle": False,
+                "rest": "EngineConfig defaults",
+            },
+            "ours, unified": {"kv_unified": True},
+            "ours, sharing off": {"prefix_sharing": False},
+            "llama_server_flags": results.server_flags(process.command) if process else None,
+        },
         **report,
     )
 

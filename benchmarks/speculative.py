@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import results
 
@@ -194,16 +195,27 @@ def ours_batch(
 # ---- llama-server -------------------------------------------------------------------------
 
 
-def start_server(
-    binary: str, model: str, threads: int, extra: Sequence[str]
-) -> LlamaServerProcess | None:
+def make_server(binary: str, model: str, threads: int, extra: Sequence[str]) -> LlamaServerProcess:
     flags = ["-fa", "off", *extra]
     if cpu_advertises_amx():
         flags.append("--no-repack")
-    server = LlamaServerProcess(
+    return LlamaServerProcess(
         Path(binary), Path(model), port=PORT, threads=threads, slots=1, n_ctx_per_slot=4096,
         extra=tuple(flags),
     )  # fmt: skip
+
+
+def server_settings(binary: str, model: str, threads: int, extra: Sequence[str]) -> list[str]:
+    """The command line a peer server runs with, for the results (the server is not started)."""
+    server = make_server(binary, model, threads, extra)
+    server.close()
+    return results.server_flags(server.command)
+
+
+def start_server(
+    binary: str, model: str, threads: int, extra: Sequence[str]
+) -> LlamaServerProcess | None:
+    server = make_server(binary, model, threads, extra)
     try:
         return server.start()
     except RuntimeError as error:
@@ -398,8 +410,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{label:<22}{fmt(spec[key]):>9}{fmt(plain[key]):>9}"  # type: ignore[arg-type]
             f"{ratio(spec[key], plain[key]):>8}   {shown} ({drafted})"  # type: ignore[arg-type]
         )
-    settings = {"model": os.path.basename(model), "threads": args.threads,
-                "max_tokens": args.max_tokens}  # fmt: skip
+    settings: dict[str, Any] = {"model": os.path.basename(model), "threads": args.threads,
+                "max_tokens": args.max_tokens,
+                # Every side's settings, as run (the peers' are added below).
+                "ours": {"n_seq_max": 16, "n_ctx_per_seq": 1024, "speculative": "ngram or None",
+                         "speculative_grammar": True, "realign_when_idle": False}}  # fmt: skip
     ours_rows = {
         key: {
             "ngram": spec[key],
@@ -427,6 +442,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
             "--spec-ngram-simple-size-m", "8", "--spec-draft-n-max", "8",
         ]  # fmt: skip
+        settings["llama-server"] = server_settings(args.server, model, args.threads, [])
+        settings["llama-server ngram-simple"] = server_settings(
+            args.server, model, args.threads, ngram
+        )
         peers.append(
             (
                 "llama-server ngram-simple",
@@ -435,6 +454,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     else:
         print(f"\n(no llama-server at {args.server}: `make llama-server` builds it)")
+    settings["llama-cpp-python Llama"] = f"Llama(model, n_ctx=4096, n_threads={args.threads})"
+    settings["Llama + PromptLookup"] = (
+        f"Llama(model, n_ctx=4096, n_threads={args.threads}, "
+        "draft_model=LlamaPromptLookupDecoding(num_pred_tokens=8))"
+    )
+    settings["llama-bench"] = ["-t", str(args.threads), "-p", "0", "-n", "128"]
     for name, lookup in (("llama-cpp-python Llama", False), ("Llama + PromptLookup", True)):
         peers.append(
             (

@@ -425,6 +425,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             "repeat": args.repeat,
             "weight_repacking": repacking,
             "peer": f"llama-cpp-python {version('llama-cpp-python')} Llama, one request at a time",
+            # The peer's constructor, as run (ours: the engine's settings above, else defaults).
+            "peer_settings": {
+                "n_ctx": 1024,
+                "n_threads": threads,
+                "n_threads_batch": threads,
+                "rest": "llama_cpp.Llama defaults",
+            },
         },
         levels=level_rows,
         single_stream={"ours": asdict(so), "peer": asdict(sp)},
