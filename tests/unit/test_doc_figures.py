@@ -172,3 +172,21 @@ def test_pages_are_readme_and_docs_without_the_notebook_copies(tmp_path: Path) -
         (tmp_path / name).write_text("x")
     found = [p.relative_to(tmp_path).as_posix() for p in figures.pages(tmp_path)]
     assert found == ["README.md", "docs/guides/a.md", "docs/index.md"]
+
+
+def test_a_results_file_written_now_passes_the_metadata_check(tmp_path: Path) -> None:
+    import results
+
+    results.write(tmp_path / "bench.json", "bench", {"model": "m"}, rows=[1])
+    document = json.loads((tmp_path / "bench.json").read_text())
+    assert document["machine"]["commit"]  # a hash (+dirty), or "unknown" outside git
+    assert figures.check_results(tmp_path) == []
+
+
+def test_a_peer_servers_command_line_is_kept_without_its_binary_port_and_model_path() -> None:
+    import results
+
+    command = ["/opt/llama-server", "-m", "/models/M.gguf", "--port", "8123", "-np", "4"]
+    assert results.server_flags(command) == ["-m", "M.gguf", "-np", "4"]
+    ours = ["llamacpp_integrations.cli", "serve", "/models/M.gguf", "--port", "1", "--slots", "4"]
+    assert results.server_flags(ours, "/models/M.gguf") == ["serve", "M.gguf", "--slots", "4"]
