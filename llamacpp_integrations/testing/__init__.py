@@ -10,7 +10,8 @@ cassette and a record mode; ``ScriptedEngine`` is a fake engine that says what a
 
 The modules: ``cassette`` (the file format), ``records`` (values to JSON), ``fingerprint``
 (what identifies a request), ``matching`` (which recorded call answers a request),
-``replay`` and ``recording`` (the engines), ``scripted`` and ``pytest_plugin``.
+``replay`` and ``recording`` (the engines), ``scripted`` and ``scripted_capabilities``
+(the engine that answers from a script), and ``pytest_plugin``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from .scripted import (
     SCRIPTED_TIMINGS,
     Answer,
     ScriptedEngine,
+    tool_calls_text,
+)
+from .scripted_capabilities import (
+    ScriptedChunkingEngine,
     ScriptedRerankingEngine,
     ScriptedTokenPieceEngine,
-    tool_calls_text,
 )
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "RecordMode",
     "RecordingEngine",
     "ReplayEngine",
+    "ScriptedChunkingEngine",
     "ScriptedEngine",
     "ScriptedRerankingEngine",
     "ScriptedTokenPieceEngine",

@@ -8,9 +8,8 @@ log-probabilities, finish reasons and typed errors part-way through a stream.
 
 The engine needs no model: tokens are characters, chats are rendered with the given chat
 template, vectors come from a hash of the text. It keeps what it was asked (``requests``,
-``tokenized``, ``rendered``) for the test to check. The optional capabilities are subclasses,
-so that a plain ``ScriptedEngine`` is not one: ``ScriptedRerankingEngine`` reranks,
-``ScriptedTokenPieceEngine`` gives token bytes.
+``tokenized``, ``rendered``, ``embedded``) for the test to check. The optional capabilities
+are subclasses (``scripted_capabilities.py``), so that a plain ``ScriptedEngine`` has none.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +42,6 @@ __all__ = [
     "SCRIPTED_TIMINGS",
     "Answer",
     "ScriptedEngine",
-    "ScriptedRerankingEngine",
-    "ScriptedTokenPieceEngine",
     "tool_calls_text",
 ]
 
@@ -162,6 +159,8 @@ class ScriptedEngine:
         tokenized: Every text given to ``tokenize``, in order.
         rendered: Every chat given to ``render_chat``, in order (``count_prompt_tokens``
             renders without keeping it).
+        embedded: Every ``embed`` call's texts and keywords (``normalize``, ``truncate``,
+            ``timeout``), in order.
     """
 
     script: Sequence[Piece] = (("", "Hello"), ("", " there"))
@@ -180,6 +179,7 @@ class ScriptedEngine:
     requests: list[GenerationRequest] = field(default_factory=list)
     tokenized: list[str] = field(default_factory=list)
     rendered: list[ChatRequest] = field(default_factory=list)
+    embedded: list[tuple[list[str], dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._templates = ChatTemplates(self.info.chat_template, owner="the scripted model")
@@ -322,8 +322,14 @@ class ScriptedEngine:
         truncate: bool = False,
         timeout: float | None = None,
     ) -> list[list[float]]:
+        return self._embed(
+            texts, {"normalize": normalize, "truncate": truncate, "timeout": timeout}
+        )
+
+    def _embed(self, texts: Sequence[str], keywords: dict[str, Any]) -> list[list[float]]:
         self._check_open()
-        return [_vector(text, self.info.n_embd, normalize) for text in texts]
+        self.embedded.append((list(texts), keywords))
+        return [_vector(text, self.info.n_embd, keywords["normalize"]) for text in texts]
 
     async def aembed(
         self,
@@ -347,68 +353,3 @@ def _vector(text: str, size: int, normalize: bool) -> list[float]:
         return values
     norm = math.sqrt(sum(v * v for v in values)) or 1.0
     return [v / norm for v in values]
-
-
-def _shared_words(query: str, document: str) -> float:
-    words = set(document.lower().split())
-    return float(sum(1 for word in query.lower().split() if word in words))
-
-
-@dataclass(eq=False)
-class ScriptedRerankingEngine(ScriptedEngine):
-    """A ``ScriptedEngine`` that reranks too (a ``RerankingEngine``).
-
-    Example::
-
-        engine = ScriptedRerankingEngine(score=lambda query, document: float(len(document)))
-        reranker = LlamaCppReranker(engine=engine, top_n=2)
-
-    Attributes:
-        score: A document's score for a query (default: how many of the query's words it has).
-        reranks: Every ``(query, documents)`` reranked, in order.
-    """
-
-    score: Callable[[str, str], float] = _shared_words
-    reranks: list[tuple[str, list[str]]] = field(default_factory=list)
-
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[float]:
-        self._check_open()
-        self.reranks.append((query, list(documents)))
-        return [self.score(query, document) for document in documents]
-
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate: bool = False,
-        timeout: float | None = None,
-    ) -> list[float]:
-        return self.rerank(query, documents, truncate=truncate, timeout=timeout)
-
-
-def _character_bytes(token: int) -> bytes:
-    return chr(token).encode()
-
-
-@dataclass(eq=False)
-class ScriptedTokenPieceEngine(ScriptedEngine):
-    """A ``ScriptedEngine`` that gives each token's bytes (a ``TokenPieceEngine``), as a
-    model's tokenizer does where a token is part of a character.
-
-    Attributes:
-        piece: A token's bytes (default: its character in UTF-8, tokens being characters).
-    """
-
-    piece: Callable[[int], bytes] = _character_bytes
-
-    def token_piece(self, token: int, *, special: bool = True) -> bytes:
-        self._check_open()
-        return self.piece(token)
