@@ -87,8 +87,9 @@ bench: models
 bench-images: models
 	$(BIN)/python benchmarks/images.py
 
+# The event loop's stalls beside concurrent ainvoke calls, written where the docs read them.
 bench-loop: models
-	$(BIN)/python benchmarks/loop_stall.py
+	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
 
 # The agent suite through both frameworks' agents (a few minutes); the tables in
 # docs/guides/agents.md come from it.

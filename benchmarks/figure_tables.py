@@ -7,7 +7,7 @@ differs from what its function renders now, and ``--write`` (``make figures``) r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Results = Mapping[str, Any]
@@ -335,7 +335,7 @@ def reproducibility_layout(results: Results) -> str:
     def cell(row: Mapping[str, Any], key: str) -> str:
         return f"{row[f'{key}_evaluated']} ({row[f'{key}_ttft_s']:.2f} s)"
 
-    rows = [
+    rows: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
         (
             "a long prompt read cold, tokens/s (against off)",
             lambda r: (

@@ -15,7 +15,7 @@ says where, when and on which commit it was measured, and with which settings on
     python benchmarks/figures.py --write            # rewrite figures and blocks from results
     python benchmarks/figures.py --check --page docs/index.md
 
-Stdlib only: ``make test`` and the mkdocs hook (docs/_hooks/figures.py) run it.
+Stdlib only: ``make test`` and the mkdocs hook (docs/_hooks/check_figures.py) run it.
 """
 
 from __future__ import annotations
