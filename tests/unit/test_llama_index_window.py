@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from unittest import mock
 
 import llama_index.core
 import pytest
@@ -23,14 +24,13 @@ from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.utils import get_tokenizer
 
-from llamacpp_integrations.engine import ModelInfo
 from llamacpp_integrations.engine import registry as registry_module
 from llamacpp_integrations.errors import ModelLoadError
 from llamacpp_integrations.llama_index import LlamaCpp, ModelTokenizer
 from llamacpp_integrations.llama_index import window as window_module
 from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
 from llamacpp_integrations.models import GGUFInfo, cached_model_info, read_gguf_info
-from llamacpp_integrations.testing import ScriptedEngine
+from llamacpp_integrations.testing import SCRIPTED_INFO, ScriptedEngine
 from tests.unit.test_models import valid_gguf  # a tiny GGUF: "Tiny Test", trained on 4096
 
 
@@ -41,39 +41,10 @@ def gguf(tmp_path: Path) -> Path:
     return path
 
 
-@dataclass
-class CharEngine:
+def char_engine(n_ctx_per_seq: int = 300) -> ScriptedEngine:
     """Enough of an engine for sizing: one token per character, and its info."""
-
-    n_ctx_per_seq: int = 300
-    tokenized: list[str] = field(default_factory=list)
-    closed: bool = False
-
-    @property
-    def info(self) -> ModelInfo:
-        return ModelInfo(
-            path="/models/char.gguf",
-            name=None,
-            architecture="llama",
-            description="",
-            n_ctx_train=8192,
-            n_ctx_per_seq=self.n_ctx_per_seq,
-            n_embd=8,
-            n_vocab=256,
-            n_params=0,
-            size_bytes=0,
-            chat_template=None,
-        )
-
-    def tokenize(
-        self, text: str, *, add_special: bool = False, parse_special: bool = False
-    ) -> list[int]:
-        assert not add_special and not parse_special  # content only: no BOS, no framing
-        self.tokenized.append(text)
-        return [ord(c) % 256 for c in text]
-
-    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
-        return "".join(chr(t) for t in tokens)
+    info = replace(SCRIPTED_INFO, path="/models/char.gguf", n_ctx_train=8192, n_vocab=256)
+    return ScriptedEngine(info=replace(info, n_ctx_per_seq=n_ctx_per_seq, chat_template=None))
 
 
 def _on_loop() -> bool:
@@ -195,7 +166,7 @@ def test_header_is_read_once(gguf: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_metadata_of_a_loaded_engine_is_its_own() -> None:
-    engine = CharEngine(n_ctx_per_seq=300)
+    engine = char_engine(n_ctx_per_seq=300)
     llm = LlamaCpp(engine=engine, max_tokens=None)  # type: ignore[arg-type]
     metadata = llm.metadata
     assert metadata.context_window == 300 - FRAMING_RESERVE
@@ -220,21 +191,24 @@ def test_getting_the_tokenizer_loads_nothing(gguf: Path) -> None:
 
 
 def test_tokenizer_counts_with_the_engine() -> None:
-    engine = CharEngine()
+    engine = char_engine()
     tokenizer = LlamaCpp(engine=engine).tokenizer  # type: ignore[arg-type]
-    assert tokenizer("héllo 123") == [ord(c) % 256 for c in "héllo 123"]
+    with mock.patch.object(engine, "tokenize", wraps=engine.tokenize) as tokenize:
+        assert tokenizer("héllo 123") == [ord(c) % 256 for c in "héllo 123"]
+    flags = tokenize.call_args.kwargs
+    assert not flags.get("add_special") and not flags.get("parse_special")  # content only
     assert engine.tokenized == ["héllo 123"]
 
 
 def test_settings_tokenizer_takes_it_as_it_is(global_tokenizer: None) -> None:
-    tokenizer = LlamaCpp(engine=CharEngine()).tokenizer  # type: ignore[arg-type]
+    tokenizer = LlamaCpp(engine=char_engine()).tokenizer  # type: ignore[arg-type]
     Settings.tokenizer = tokenizer
     assert Settings.tokenizer is tokenizer
     assert get_tokenizer() is tokenizer  # what LlamaIndex's counters and splitters use
 
 
 def test_prompt_helper_packs_into_the_window_in_model_tokens(global_tokenizer: None) -> None:
-    engine = CharEngine(n_ctx_per_seq=300)
+    engine = char_engine(n_ctx_per_seq=300)
     llm = LlamaCpp(engine=engine, max_tokens=50)  # type: ignore[arg-type]
     Settings.tokenizer = llm.tokenizer
     # What response synthesizers build when no prompt helper is set: the metadata's window,
@@ -305,7 +279,7 @@ def test_tokenizer_of_a_missing_model_raises_its_load_error_when_called() -> Non
 
 
 async def test_a_loaded_engine_tokenizes_on_the_calling_thread(loads: Loads) -> None:
-    engine = CharEngine()
+    engine = char_engine()
     tokenizer = LlamaCpp(engine=engine).tokenizer  # type: ignore[arg-type]
     assert tokenizer("ab") == [97, 98]
     assert engine.tokenized == ["ab"]
