@@ -221,12 +221,12 @@ class ScriptedEngine:
             self.requests.append(request)
             if not self.answers:
                 return Answer(
-                    self.script,
-                    self.finish,
-                    self.stop_string,
-                    self.fail_at,
-                    self.error,
-                    self.logprobs,
+                    pieces=self.script,
+                    finish=self.finish,
+                    stop_string=self.stop_string,
+                    fail_at=self.fail_at,
+                    error=self.error,
+                    logprobs=self.logprobs,
                 )
             answer = self.answers[min(self._answered, len(self.answers) - 1)]
             self._answered += 1
@@ -246,14 +246,12 @@ class ScriptedEngine:
     ) -> tuple[TokenLogprob, ...]:
         if request.logprobs is None:
             return ()
+        last = i == len(answer.pieces) - 1
         if answer.logprobs is not None:
-            given = (
-                answer.logprobs[i:] if i == len(answer.pieces) - 1 else answer.logprobs[i : i + 1]
-            )
-            return tuple(given)
+            return tuple(answer.logprobs[i:] if last else answer.logprobs[i : i + 1])
         thought, text = answer.split()[i]
         tokens = [_token(thought + text)]
-        if i == len(answer.pieces) - 1 and answer.stop_string:
+        if last and answer.stop_string:
             tokens.append(_token(answer.stop_string))
         return tuple(tokens)
 
