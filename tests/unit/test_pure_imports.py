@@ -53,7 +53,9 @@ PURE_FILES = [
     "engine/worker/inbox.py",
     "engine/worker/logprobs.py",
     "engine/worker/output.py",
+    "engine/worker/realign.py",
     "engine/worker/requests.py",
+    "engine/worker/room.py",
     "engine/worker/scheduler.py",
     "engine/worker/stats.py",
 ]

@@ -190,3 +190,31 @@ def test_eviction_keeps_the_blocks_a_prompt_being_read_will_take() -> None:
     scheduler.evict(10_000)
     held = [slot for slot in scheduler.slots if not slot.busy]
     assert [list(slot.cached) for slot in held] == [list(range(300, 348))]
+
+
+def test_what_an_admitted_sequence_holds_after_its_cells_were_set_up() -> None:
+    scheduler = Scheduler(n_seq_max=2, n_batch=512)
+    _served(scheduler, "first", list(range(100, 180)))
+    seq = scheduler.admit("again", [*range(100, 180), 1, 2])
+    assert seq.n_reused == 80
+    scheduler.prefix_taken(seq, 80)  # kept as chosen: nothing changes
+    assert seq.n_reused == 80 and seq.n_past == 80
+    scheduler.prefix_taken(seq, 81)  # a longer prefix restored from disk
+    assert seq.n_reused == 81 and seq.slot.exact == 81 and seq.n_past == 81
+    scheduler.prefix_taken(seq, 0)  # its cells could not be kept: the prompt is read whole
+    assert seq.n_reused == 0 and seq.n_past == 0
+
+
+def test_lost_cells_are_forgotten_by_idle_slots_only_and_idle_slots_can_be_dropped() -> None:
+    scheduler = Scheduler(n_seq_max=3, n_batch=512)
+    _served(scheduler, "idle", list(range(100, 140)))
+    running = scheduler.admit("running", list(range(500, 540)))
+    scheduler.decoded(scheduler.plan())
+    idle = next(slot for slot in scheduler.slots if slot.cached and not slot.busy)
+    scheduler.lost({idle.seq_id, running.slot.seq_id})
+    assert not idle.cached  # forgotten
+    assert running.n_past == 40  # a running request's end forgets it (the core ends it)
+    _served(scheduler, "idle again", list(range(100, 140)))
+    dropped = scheduler.drop_idle()
+    assert len(dropped) == 1 and not scheduler.slots[dropped[0]].cached
+    assert running.n_past == 40 and scheduler.drop_idle() == []

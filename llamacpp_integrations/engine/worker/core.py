@@ -2,12 +2,14 @@
 
 The worker (``host.py``) calls ``take_inbox`` and ``step`` in turn. ``take_inbox`` admits new
 work to free slots; ``step`` lets the scheduler plan a step, decodes it in one ``llama_decode``,
-samples every sequence that produced logits, and hands each token to its request
-(``active.py``), whose output processor turns tokens into events. A speculating engine asks for
-drafts before planning and settles them after sampling (``speculation/step.py``: data in, data
-out). A step may also read one image of a prompt into its sequence, after the text decode, and
-embed one batch of texts. Every way a request ends (stop, length, cancel, timeout, error, engine
-closing) goes through ``_finish``, which frees its sequence.
+and has every sequence that produced logits sampled and its tokens taken into its request
+(``sampling.py``, which asks for drafts before planning and settles them after, when the engine
+speculates). A step may also read one image of a prompt into its sequence, after the text
+decode, and embed one batch of texts. What needs deciding comes back as data, and the core
+applies it: room in the KV cache (``room.py``: how far the streams grow, who gives way, who
+ends; ``_apply``) and the requests that ended while their tokens were taken. Every way a
+request ends (stop, length, cancel, timeout, error, no room, engine closing) goes through
+``_finish``, which frees its sequence.
 
 Contexts are made on first use: an engine that only embeds never allocates a generation KV cache,
 and one that only chats never allocates an embedding context.
@@ -18,14 +20,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from functools import cached_property, partial
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from ...errors import (
     EngineClosedError,
     EngineError,
     InvalidRequestError,
-    KVCacheFullError,
     LlamaCppIntegrationError,
     RequestCancelledError,
     RequestTimeoutError,
@@ -38,15 +39,23 @@ from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
 from ..native.vision import VisionProjector
 from ..results import FinishReason, StreamChunk
 from ..sizing import ContextChoice
-from ..speculation.step import DraftAsk, SpeculationStep
+from ..speculation.step import SpeculationStep
 from .active import ActiveRequest
 from .cells import SequenceCells
 from .inbox import Inbox
-from .logprobs import LogprobComputer
 from .requests import PreparedRequest
-from .room import cells_needed, cells_to, drop_ended
+from .room import (
+    RoomDecision,
+    after_growth,
+    cells_needed,
+    cells_to,
+    drop_ended,
+    give_way,
+    plan_growth,
+)
+from .sampling import Sampling
 from .scheduler import Scheduler
-from .sequences import ImageStep, SeqState, SeqStatus, StepPlan
+from .sequences import ImageStep, Join, SeqState, StepPlan
 from .stats import StatsBoard, snapshot
 
 __all__ = ["EngineCore"]
@@ -74,9 +83,10 @@ class EngineCore:
         self.config = config
         self.inbox = inbox
         self.board = StatsBoard()
-        self._n_ctx_per_seq = kv.n_ctx_per_seq
         self.scheduler = Scheduler.of(config)
-        self.cells = SequenceCells(model, config, self.scheduler, kv=kv)
+        self.cells = SequenceCells(
+            model, config, kv=kv, layout=self.scheduler.layout, index=self.scheduler.index
+        )
         self.active: dict[str, ActiveRequest] = {}
         embedder = partial(
             EmbeddingContext,
@@ -100,6 +110,7 @@ class EngineCore:
         self.speculation: SpeculationStep | None = None
         if config.speculative is not None:
             self.speculation = SpeculationStep.for_engine(config, model, draft_weights, kv=kv)
+        self.sampling = Sampling(model, self.scheduler, self.speculation, kv.n_ctx_per_seq)
 
     @property
     def busy(self) -> bool:
@@ -154,14 +165,21 @@ class EngineCore:
 
     @property
     def can_realign(self) -> bool:
-        """Whether a finished answer waits to be read again (``SequenceCells.realign``)."""
-        return not self.closing and self.cells.can_realign
+        """Whether a finished answer waits to be read again (``Scheduler.realign``)."""
+        return not self.closing and self.cells.realigning and self.scheduler.realign_wanted()
 
     def realign(self) -> bool:
         """Read one block of a finished answer again, if one waits; only while the worker has
         no work. Whether it did."""
-        if self.closing or not self.cells.realign():
+        if self.closing or not (self.cells.realigning and self.cells.made):
             return False
+        step = self.scheduler.realign()
+        if step is None:
+            return False
+        if not self.cells.realign(step):
+            self.scheduler.abandon(step.slot)
+            return False
+        self.scheduler.realigned(step)
         self.steps += 1
         self.publish()
         return True
@@ -174,9 +192,11 @@ class EngineCore:
 
     def drop_idle_caches(self) -> None:
         """Free the cells of every slot no request holds."""
-        for seq_id in self.cells.drop_idle():
-            if self.speculation is not None:
-                self.speculation.forget(seq_id)
+        if self.cells.made:
+            for seq_id in self.scheduler.drop_idle():
+                self.cells.drop(seq_id)
+                if self.speculation is not None:
+                    self.speculation.forget(seq_id)
         self.publish()
 
     # ---- admission ------------------------------------------------------------------------
@@ -194,14 +214,19 @@ class EngineCore:
             )
             return
         try:
-            # Room for the whole prompt now, and for a saved prompt it may restore from disk
-            # (a state is taken whole, then cut back); before the context is first made, this
-            # only sizes it.
             prompt = request.prompt_tokens
-            shared = self.cells.lookup(prompt)
-            room = max(cells_to(request, len(prompt)), self.cells.saved_length(prompt, shared))
-            if self._grow(room):  # some slots lost their cells: what they share changed
-                shared = self.cells.lookup(prompt)
+            self.cells.refresh()
+            shared = self.scheduler.lookup(prompt)
+            if self.cells.can_grow:
+                # Room for the whole prompt now, and for a saved prompt it may restore from
+                # disk (a state is taken whole, then cut back); before the context is first
+                # made, this only sizes it.
+                needs = max(cells_to(request, len(prompt)), self.cells.saved_length(prompt, shared))
+                decision = self._grow({request.request_id: needs})
+                if decision.failure is not None:
+                    raise decision.failure
+                if decision.lost:  # what the prompt shares changed
+                    shared = self.scheduler.lookup(prompt)
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except EngineError as error:
             error.request_id = request.request_id
@@ -210,7 +235,7 @@ class EngineCore:
         media = request.media
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
         seq = self.scheduler.admit(request.request_id, prompt, spans, shared)
-        self.cells.take_prefix(seq, shared)
+        self.scheduler.prefix_taken(seq, self.cells.take_prefix(seq, shared))
         spec = None
         if self.speculation is not None:
             spec = self.speculation.start(
@@ -224,74 +249,50 @@ class EngineCore:
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
-        plan = self.scheduler.plan(self._drafts())
-        self._fit(plan)
+        plan = self.scheduler.plan(self.sampling.drafts(self.active))
+        if self.cells.can_grow:  # not once streams are whole: no work per step then
+            needs = cells_needed(plan, {r: a.prepared for r, a in self.active.items()})
+            lost = self._grow(needs, plan.joins).lost
+            drop_ended(plan, set(self.active), lost)  # what ended leaves the plan
         self.cells.join(plan.joins)
-        if plan.entries:
-            self._decode_text(plan)
+        for group in plan.groups:  # each sampled before the next decode overwrites the logits
+            self._decode_group(plan, group)
         if plan.image is not None:
             self._decode_image(plan.image)
 
-    def _fit(self, plan: StepPlan) -> None:
-        """Grow the KV streams if a sequence of the plan needs more cells than they hold. If
-        they cannot grow, the requests that needed it end with ``KVCacheFullError``; requests
-        whose cells were lost end with ``EngineError``, and so do followers that were to copy
-        lost cells; all of them leave the plan."""
-        if not self.cells.can_grow:  # the usual case once streams are whole: no work per step
-            return
-        needs = cells_needed(plan, {r: a.prepared for r, a in self.active.items()})
-        if not needs or max(needs.values()) <= self.cells.stream_cells:
-            return
-        try:
-            gone = self._grow(max(needs.values()))
-        except EngineError as error:
-            gone = set() if self.cells.made else set(range(self.config.n_seq_max))
-            for request_id, cells in needs.items():
-                active = self.active.get(request_id)
-                if active is not None and cells > self.cells.stream_cells:
-                    gone.add(active.seq.slot.seq_id)
-                    full = KVCacheFullError(
-                        f"the KV cache could not grow to {cells} cells per sequence: {error}"
-                    )
-                    self._finish(active, "error", error=full)
-        for join in plan.joins:
-            if join.source.seq_id in gone:
-                self._lose({join.target.seq_id}, EngineError("the prefix it was to copy was lost"))
-        plan.joins = [j for j in plan.joins if j.source.seq_id not in gone and j.target.busy]
-        drop_ended(plan, set(self.active))
+    # ---- room in the KV cache -------------------------------------------------------------
 
-    def _grow(self, cells: int) -> set[int]:
-        """``SequenceCells.grow``; the requests whose cells it lost end with an error. The
-        sequences whose cells were lost.
+    def _grow(self, needs: dict[str, int], joins: Sequence[Join] = ()) -> RoomDecision:
+        """Grow the KV streams if a sequence needs more cells than they hold (``needs``, by
+        request id), and apply what that decided (``room.after_growth``)."""
+        growth = plan_growth(
+            needs, stream_cells=self.cells.stream_cells, limit=self.cells.stream_limit
+        )
+        if growth is None:
+            return RoomDecision()
+        lost, error = self.cells.grow(growth.stream_cells)
+        decision = after_growth(
+            growth,
+            self.scheduler.running,
+            joins,
+            lost=lost,
+            error=error,
+            stream_cells=self.cells.stream_cells,
+            n_seq_max=self.config.n_seq_max,
+            kept=self.cells.made,
+        )
+        self._apply(decision)
+        return decision
 
-        Raises:
-            EngineError: the streams could not grow (if not even the old context came back,
-                every request ended).
-        """
-        try:
-            lost = set(self.cells.grow(cells))
-        except EngineError as error:
-            if not self.cells.made:  # every cell is gone
-                self._lose(set(range(self.config.n_seq_max)), error)
-            raise
-        if lost:
-            self._lose(lost, EngineError("its KV cells were lost while the cache grew"))
-        return lost
-
-    def _lose(self, seq_ids: set[int], error: EngineError) -> None:
-        """The cells of ``seq_ids`` are gone: idle slots forget them, requests end."""
-        for slot in self.scheduler.slots:
-            if slot.seq_id in seq_ids and not slot.busy:
-                self.scheduler.abandon(slot)
+    def _apply(self, decision: RoomDecision) -> None:
+        """Carry out what keeping room decided: the one place where it ends requests."""
+        self.scheduler.lost(decision.lost)
+        for seq in decision.pauses:
+            self.scheduler.pause(seq)
         for active in list(self.active.values()):
-            if active.seq.slot.seq_id in seq_ids:
-                self._finish(active, "error", error=EngineError(str(error)))
-
-    def _decode_text(self, plan: StepPlan) -> None:
-        """Decode the plan's groups in turn, sampling each before the next overwrites the
-        logits."""
-        for group in plan.groups:
-            self._decode_group(plan, group)
+            error = decision.ends.get(active.prepared.request_id)
+            if error is not None:
+                self._finish(active, "error", error=error)
 
     def _decode_group(self, plan: StepPlan, group: list[int]) -> None:
         def decode() -> int:
@@ -318,14 +319,8 @@ class EngineCore:
             for seq, entry in pairs
             if entry.logits_last and entry.start_pos + len(entry.tokens) == len(seq.prompt)
         ]
-        now = time.monotonic()
-        for seq, entry in pairs:
-            if entry.logits_all:
-                self._verify(self.active[seq.request_id], entry, now)
-            elif entry.logits_last:
-                active = self.active[seq.request_id]
-                token = self._next_token(active, entry.logits_index)
-                self._take(active, token, now, entry.logits_index)
+        for ending in self.sampling.take(self.context, pairs, self.active, time.monotonic()):
+            self._finish(ending.active, ending.reason, ending.error)
         if read_prompt:
             # After sampling, so the first token is not held up by the write.
             self.cells.save_prompts([seq for seq in read_prompt if seq.request_id in self.active])
@@ -336,7 +331,9 @@ class EngineCore:
         every idle slot's cells go, in case a few partial blocks were what it lacked). The
         last status."""
         status = DecodeStatus.NO_KV_SLOT
-        while status == DecodeStatus.NO_KV_SLOT and self.cells.evict(needed):
+        while status == DecodeStatus.NO_KV_SLOT and self.cells.evicts:
+            if not self.cells.cut(self.scheduler.evict(needed)):
+                break
             self.publish()
             status = decode()
         if status == DecodeStatus.NO_KV_SLOT:
@@ -346,18 +343,10 @@ class EngineCore:
 
     def _make_room(self, plan: StepPlan, group: list[int]) -> list[int]:
         """The unified cache has no room for the group even with idle cells freed: one of its
-        sequences gives up its cells (a prompt being read waits to read again, or else the
-        newest answer ends with ``KVCacheFullError``). The rest of the group."""
+        sequences gives up its cells (``room.give_way``). The rest of the group."""
         seq, waits = self.scheduler.make_room([plan.entries[index][0] for index in group])
-        self.context.remove(seq.slot.seq_id, 0)
-        if waits:
-            self.scheduler.pause(seq)
-        else:
-            error = KVCacheFullError(
-                f"the KV cache ({self.cells.n_cells} cells) is full with running requests' "
-                "cells; set a larger kv_cells or a smaller n_seq_max"
-            )
-            self._finish(self.active[seq.request_id], "error", error=error)
+        self.cells.drop(seq.slot.seq_id)
+        self._apply(give_way(seq, waits, self.cells.n_cells))
         return [index for index in group if plan.entries[index][0] is not seq]
 
     def _decode_image(self, step: ImageStep) -> None:
@@ -391,101 +380,6 @@ class EngineCore:
         self.steps += 1
         self.scheduler.image_decoded(step)
 
-    def _next_token(self, active: ActiveRequest, logits_index: int) -> int:
-        """The sampled token, or the next forced one (a reasoning budget that ran out)."""
-        forced = active.next_forced()
-        return forced if forced is not None else active.sampler.sample(self.context, logits_index)
-
-    def _take(
-        self, active: ActiveRequest, token: int, now: float, logits_index: int, *, send: bool = True
-    ) -> bool:
-        """Hand one generated token to its request; False when it ended the request. Without
-        ``send`` the text waits for the caller to send it (a speculative step sends once)."""
-        request = active.prepared
-        if active.first_token_at is None:
-            active.first_token_at = now
-        if self.model.is_eog(token) and not request.ignore_eos:
-            self._finish(active, "stop")
-            return False
-        logprob = None
-        if request.logprobs is not None:
-            # The raw row is still that of this step's decode: sampling only reads it.
-            logprob = self._logprobs.compute(
-                self.context.logits_view(logits_index),
-                token,
-                request.logprobs,
-                special=request.special,
-            )
-        piece = self.model.token_to_piece(token, special=request.special)
-        ended = active.take(token, piece, logprob)
-        if ended is not None:
-            self._finish(active, ended)
-            return False
-        if send and not self._send(active):
-            self._finish(active, "cancelled")
-            return False
-        return True
-
-    def _send(self, active: ActiveRequest) -> bool:
-        """Send what became certain; False when the caller went away."""
-        chunk = active.pending_chunk()
-        return chunk is None or active.prepared.channel.put(chunk)
-
-    # ---- speculation ----------------------------------------------------------------------
-
-    def _drafts(self) -> dict[int, list[int]]:
-        """This step's drafts by slot id, from the sequences that speculate."""
-        if self.speculation is None:
-            return {}
-        asks: list[DraftAsk] = []
-        n_decoding = 0
-        for seq in self.scheduler.running:
-            if seq.status is not SeqStatus.DECODE or seq.next_token is None:
-                continue
-            n_decoding += 1
-            active = self.active[seq.request_id]
-            if active.spec is None or active.forced:
-                continue
-            room = active.draft_room(self._n_ctx_per_seq)
-            asks.append(
-                DraftAsk(seq.slot.seq_id, seq.slot.cached, seq.next_token, active.spec, room)
-            )
-        return self.speculation.propose(asks, n_decoding=n_decoding)
-
-    def _verify(self, active: ActiveRequest, entry: BatchEntry, now: float) -> None:
-        """Sample a speculating sequence's positions in order while its sampler agrees with
-        the drafts, settle them, take the tokens, and drop the cells of rejected drafts."""
-        assert self.speculation is not None and active.spec is not None
-        draft = entry.tokens[1:]
-        sampled: list[int] = []
-        for i in range(len(draft) + 1):
-            token = active.sampler.sample(self.context, entry.first_index + i)
-            sampled.append(token)
-            if i == len(draft) or token != draft[i] or self.model.is_eog(token):
-                break
-        # Settled before the tokens are taken: a token that ends the request publishes the
-        # stats, and a caller that sees the request gone then sees its drafts too.
-        accepted = self.speculation.settle(active.spec, draft, sampled)
-        for i, token in enumerate(sampled):
-            if not self._take(active, token, now, entry.first_index + i, send=False):
-                # Ended: its cells (drafts included) still hold exactly the tokens the slot
-                # lists, so they stay valid for prefix reuse.
-                return
-        n_keep = entry.start_pos + 1 + accepted
-        if accepted < len(draft):
-            seq = active.seq
-            if not self.context.remove(seq.slot.seq_id, n_keep):
-                self._finish(active, "error", EngineError("could not drop rejected draft cells"))
-                return
-            self.scheduler.rollback(seq, n_keep)
-        if not self._send(active):
-            self._finish(active, "cancelled")
-
-    @cached_property
-    def _logprobs(self) -> LogprobComputer:
-        """Made when a request first asks for log-probabilities."""
-        return LogprobComputer(self.model)
-
     # ---- endings --------------------------------------------------------------------------
 
     def _finish(
@@ -503,8 +397,7 @@ class EngineCore:
         keep = reason in ("stop", "length")
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
-            if self.cells.made:
-                self.context.remove(active.seq.slot.seq_id, 0)
+            self.cells.drop(active.seq.slot.seq_id)
             if self.speculation is not None:
                 self.speculation.forget(active.seq.slot.seq_id)
         active.sampler.close()

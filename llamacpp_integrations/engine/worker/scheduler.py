@@ -22,13 +22,9 @@ keep), and once the leader's exact cells reach that far, a step copies them into
 sequence (``StepPlan.joins``) and the follower reads only the rest. A follower whose leader ended
 before that finds another leader (the first orphan reads, the others follow it).
 
-While nothing runs, finished answers are read again (``realign``): an answer's cells were
-made one token at a time, not as a longer prompt's chunks would make them, so a follow-up turn
-could keep none of them. Their tokens are read again, block by block, into an empty idle slot
-that starts from a copy of the answered slot's exact prefix (the answered slot stays as it is,
-for a repeat of its prompt), or, with no slot empty, in place (the cells from the last chunk
-start on are dropped and read again); a follow-up then keeps the prefix up to the answer's last
-block boundary. One block per step, so new work waits for one block at most.
+While nothing runs, finished answers are read again (``realign``, planned in ``realign.py``),
+so that a follow-up turn keeps the answer's cells up to its last block boundary; one block per
+step, so new work waits for one block at most.
 
 Images in a prompt are spans of positions holding a negative key (see ``native/vision.py``).
 They are evaluated apart from the batched text decode, one image per step, so running streams
@@ -37,11 +33,12 @@ keep flowing while an image is read; a text chunk never crosses into an image.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence, Set
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
 from ..prefix_index import PrefixIndex
+from .realign import realign_choice, realign_step
 from .sequences import ImageStep, Join, RealignStep, SeqState, SeqStatus, Slot, StepPlan
 
 __all__ = ["INDEX_BLOCK", "Scheduler"]
@@ -213,11 +210,22 @@ class Scheduler:
         if best is not None:
             seq.leader, seq.share_until = best, until
 
-    def forget(self, seq: SeqState) -> None:
-        """The slot's cells could not be cut at ``n_reused``: start its prompt from scratch."""
-        seq.slot.cut(0)
-        seq.n_reused = 0
-        self._shared(seq, 0)
+    def prefix_taken(self, seq: SeqState, n_held: int) -> None:
+        """The admitted sequence's cells hold its first ``n_held`` prompt tokens
+        (``SequenceCells.take_prefix``): the prefix admission chose, a longer one restored from
+        a saved state (read in the prefill layout, cut where the layout lets this prompt keep
+        it), or none (its cells could not be cut at ``n_reused``: the prompt is read whole)."""
+        if n_held == 0:
+            seq.slot.cut(0)
+            seq.n_reused = 0
+        elif n_held > seq.n_reused:
+            seq.slot.hold(seq.prompt[:n_held])
+            seq.slot.exact = n_held
+            seq.n_reused = n_held
+            seq.copy_from = None
+        else:
+            return
+        self._shared(seq, 0)  # what it held from a running request was replaced
 
     def plan(self, drafts: Mapping[int, Sequence[int]] | None = None) -> StepPlan:
         """The next step: every decoding sequence's next token, then whole prompt chunks,
@@ -310,15 +318,6 @@ class Scheduler:
                 self.index.remove(seq.request_id)
             seq.next_token = None
 
-    def restored(self, seq: SeqState, n_reused: int) -> None:
-        """The slot now holds the first ``n_reused`` prompt tokens, from a saved state (read in
-        the prefill layout, and cut where the layout lets this prompt keep them)."""
-        seq.slot.hold(seq.prompt[:n_reused])
-        seq.slot.exact = n_reused
-        seq.n_reused = n_reused
-        seq.copy_from = None
-        self._shared(seq, 0)  # what it held from a running request was replaced
-
     def rollback(self, seq: SeqState, n_keep: int) -> None:
         """The sequence's cells from position ``n_keep`` on were dropped (rejected drafts)."""
         seq.slot.cut(n_keep)
@@ -332,35 +331,20 @@ class Scheduler:
         slot.extend(step.seq.prompt[step.start : step.start + step.n_pos])
 
     def realign(self) -> RealignStep | None:
-        """While nothing runs: the next block to read again of a finished answer (see the
-        module docstring), or ``None`` when there is none.
-        The caller decodes it and calls ``realigned``, or ``abandon`` when that failed."""
-        choice = self._realign_choice()
+        """While nothing runs: the next block to read again of a finished answer
+        (``realign.py``), or ``None`` when there is none. The caller decodes it and calls
+        ``realigned``, or ``abandon`` when that failed."""
+        choice = None if self.running else realign_choice(self.slots, self.layout, self.index)
         if choice is None:
             return None
-        target, source, span = choice
-        copy_from, drop = None, False
-        if source is not None and span is not None:
-            start, end = span
-            unread = source.cached[start:end]
-            if target is source:  # no free slot: in place, the answered tail dropped
-                drop = True
-                target.cut(start)
-            else:
-                target.hold(source.cached[:start])
-                copy_from = source
-            target.unread[:] = unread
-            target.exact, target.prompt_len = start, 0
+        if choice.source is not None:  # a new one: its slot counts as used now
             self._clock += 1
-            target.last_used = self._clock
-        start = len(target.cached)
-        stop = self.layout.next_chunk_end(start, start + len(target.unread))
-        entry = BatchEntry(target.seq_id, target.unread[: stop - start], start, False)
-        return RealignStep(target, entry, copy_from, drop)
+            choice.target.last_used = self._clock
+        return realign_step(choice, self.layout)
 
     def realign_wanted(self) -> bool:
         """Whether ``realign`` has a block to read now."""
-        return self._realign_choice() is not None
+        return not self.running and realign_choice(self.slots, self.layout, self.index) is not None
 
     def realigned(self, step: RealignStep) -> None:
         """The block's cells are in the cache, made as a longer prompt's chunk would make them."""
@@ -370,29 +354,23 @@ class Scheduler:
         slot.exact = len(slot.cached)
 
     def abandon(self, slot: Slot) -> None:
-        """Reading a block again failed: the slot's cells were dropped."""
+        """The slot's cells were dropped (reading a block again failed)."""
         slot.cut(0)
 
-    def _realign_choice(self) -> tuple[Slot, Slot | None, tuple[int, int] | None] | None:
-        """The slot to read into, and (for a new realignment) the answered slot and span."""
-        if self.running or not self.layout.aligned:
-            return None
-        idle = [slot for slot in self.slots if not slot.busy]
-        for slot in idle:
-            if slot.unread:
-                return slot, None, None
-        empty = next((slot for slot in idle if not slot.cached), None)
-        for source in sorted(idle, key=lambda slot: slot.last_used, reverse=True):
-            span = self.layout.realign_span(source.cached, source.exact)
-            if span is not None and not self._holds_exactly(source.cached[: span[1]]):
-                return empty or source, source, span
-        return None
+    def lost(self, seq_ids: Set[int]) -> None:
+        """The cells of ``seq_ids`` are gone: the idle slots among them forget what they held
+        (a running request there ends, and its release forgets it)."""
+        for slot in self.slots:
+            if slot.seq_id in seq_ids and not slot.busy:
+                slot.cut(0)
 
-    def _holds_exactly(self, tokens: Sequence[int]) -> bool:
-        """Whether some slot's exact cells already cover ``tokens``."""
-        n = len(tokens)
-        shared = self.index.shared(tokens)
-        return any(slot.exact >= n and shared[slot.seq_id] >= n for slot in self.slots)
+    def drop_idle(self) -> list[int]:
+        """Forget what every idle slot holds; the slots that held something (the caller drops
+        their cells)."""
+        dropped = [slot.seq_id for slot in self.slots if not slot.busy and slot.cached]
+        for seq_id in dropped:
+            self.slots[seq_id].cut(0)
+        return dropped
 
     def release(self, seq: SeqState, *, keep_cache: bool) -> None:
         """Free the request's slot; its cells stay for prefix reuse unless ``keep_cache`` is off."""
