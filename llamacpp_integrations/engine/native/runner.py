@@ -50,6 +50,20 @@ def _init_backend() -> None:
             _BACKEND_READY.append(True)
 
 
+def tokenize(vocab: Any, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+    """The token ids of ``text`` in a ``llama_vocab *`` (read-only: safe from any thread)."""
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
+    while True:
+        out = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(
+            vocab, data, len(data), out, capacity, add_special, parse_special
+        )
+        if n >= 0:
+            return list(out[:n])
+        capacity = -n  # too small: llama.cpp says how many tokens there are
+
+
 def cpu_advertises_amx() -> bool:
     """True where /proc/cpuinfo lists Intel AMX tiles.
 
@@ -148,16 +162,7 @@ class LoadedModel:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        while True:
-            out = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(
-                self._vocab, data, len(data), out, capacity, add_special, parse_special
-            )
-            if n >= 0:
-                return list(out[:n])
-            capacity = -n
+        return tokenize(self._vocab, text, add_special=add_special, parse_special=parse_special)
 
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
         if token < 0:  # LLAMA_TOKEN_NULL (an encoder has no EOS): llama.cpp would throw and abort

@@ -15,7 +15,7 @@ from pathlib import Path
 import llama_cpp
 
 from ...errors import ModelLoadError
-from .runner import _init_backend
+from .runner import _init_backend, tokenize
 
 __all__ = ["VocabularyModel"]
 
@@ -46,13 +46,4 @@ class VocabularyModel:
         self, text: str, *, add_special: bool = False, parse_special: bool = False
     ) -> list[int]:
         """Token ids of ``text``, as the engine over the same file tokenizes it."""
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        while True:
-            out = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(
-                self._vocab, data, len(data), out, capacity, add_special, parse_special
-            )
-            if n >= 0:
-                return list(out[:n])
-            capacity = -n  # too small: llama.cpp says how many tokens there are
+        return tokenize(self._vocab, text, add_special=add_special, parse_special=parse_special)
