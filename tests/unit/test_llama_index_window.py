@@ -251,16 +251,34 @@ async def test_tokenizer_made_on_the_loop_reads_the_vocabulary_on_another_thread
     assert llm.binding.loaded() is None
 
 
+class OpensGate(logging.Handler):
+    """Lets the held vocabulary read finish once the warning is logged: the read is still
+    unfinished when the loop asks, whatever the threads' timing."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__(logging.WARNING)
+        self.gate = gate
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self.gate.set()
+
+
 async def test_tokenizer_asked_on_the_loop_before_it_is_ready_waits_and_says_so(
-    gguf: Path, loads: Loads, caplog: pytest.LogCaptureFixture
+    gguf: Path, loads: Loads
 ) -> None:
     loads.gate.clear()
     tokenizer = LlamaCpp(model=str(gguf)).tokenizer
-    threading.Timer(0.05, loads.gate.set).start()  # the read finishes while the loop waits
-    with caplog.at_level(logging.WARNING, logger="llamacpp_integrations.llama_index"):
-        assert tokenizer("ab") == [97, 98]
+    handler = OpensGate(loads.gate)
+    logger = logging.getLogger("llamacpp_integrations.llama_index")
+    logger.addHandler(handler)
+    try:
+        assert tokenizer("ab") == [97, 98]  # without the warning the read never finishes
+    finally:
+        logger.removeHandler(handler)
     assert loads.on_the_loop() == []  # the loop waited; it did not read the vocabulary
-    assert "the event loop waits for the vocabulary of" in caplog.text
+    assert handler.messages and "the event loop waits for the vocabulary of" in handler.messages[0]
 
 
 def test_a_failed_vocabulary_read_is_tried_again(gguf: Path, loads: Loads) -> None:
@@ -317,14 +335,24 @@ def test_metadata_of_a_model_not_fetched_fetches_it_without_loading(
 
 
 async def test_metadata_on_the_loop_fetches_the_model_on_another_thread(
-    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _not_on_disk(gguf, loads, monkeypatch)
+    loads.gate.clear()  # the fetch finishes once the warning is logged
     llm = LlamaCpp(model="hf://acme/tiny-GGUF/tiny.gguf", n_ctx_per_seq=512)
-    with caplog.at_level(logging.WARNING, logger="llamacpp_integrations.llama_index"):
+    handler = OpensGate(loads.gate)
+    logger = logging.getLogger("llamacpp_integrations.llama_index")
+    logger.addHandler(handler)
+    try:
         assert llm.metadata.context_window == 512 - FRAMING_RESERVE
+    finally:
+        logger.removeHandler(handler)
     assert loads.done == [("fetch", False)]
-    assert "the event loop waits for the download of hf://acme/tiny-GGUF/tiny.gguf" in caplog.text
+    assert handler.messages == [
+        "the event loop waits for the download of hf://acme/tiny-GGUF/tiny.gguf; obtain "
+        "llm.tokenizer and read llm.metadata once before the loop starts to make it ready "
+        "beforehand"
+    ]
     assert llm.binding.loaded() is None
 
 
@@ -334,6 +362,7 @@ def _not_on_disk(gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch) -> N
     def load_model_info(spec: str | None, *, download: bool = True) -> GGUFInfo:
         assert download
         loads.record("fetch")
+        assert loads.gate.wait(timeout=60)
         return read_gguf_info(gguf)
 
     monkeypatch.setattr(window_module, "cached_model_info", lambda spec: None)
