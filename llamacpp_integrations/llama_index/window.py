@@ -85,8 +85,11 @@ class _OffTheLoop(Generic[_T]):
     def _run(self, future: Future[_T]) -> None:
         try:
             future.set_result(self._make())
-        except BaseException as exc:  # handed to the waiters, never lost with the thread
+        except Exception as exc:  # handed to the waiters, never lost with the thread
             future.set_exception(exc)
+        except BaseException as exc:  # Ctrl-C in a download: the waiters fail, and it goes on
+            future.set_exception(exc)
+            raise
 
     def result(self) -> _T:
         """The thing, waiting for it if it is still being made."""
