@@ -119,8 +119,7 @@ def test_recursion_ends_at_the_call_depth_limit_without_unraisable_errors(
     assert unraisable == []
     # A recursion as deep as a nested tool schema renders.
     nested = (
-        "{% macro down(n) %}{% if n %}({{ down(n - 1) }}){% endif %}{% endmacro %}"
-        "{{ down(20) }}"
+        "{% macro down(n) %}{% if n %}({{ down(n - 1) }}){% endif %}{% endmacro %}{{ down(20) }}"
     )
     assert render(nested) == "(" * 20 + ")" * 20
 
