@@ -134,8 +134,8 @@ class EngineBound(BaseModel):
     )
     allow_untested_build: bool = Field(
         default=False,
-        description="With base_url: use a llama-server build this package was not tested "
-        "against (otherwise refused with UntestedServerError).",
+        description="Deprecated, no longer needed: every llama-server build is used, and what "
+        "is sent is decided from what the server reports about itself. Accepted and ignored.",
     )
 
     _binding: EngineBinding | None = PrivateAttr(default=None)

@@ -1,16 +1,20 @@
-"""The llama-server builds this package was tested against, in one place.
+"""The llama-server builds this package was tested against, and what an unknown one gets.
 
-A llama-server names its build in ``/props`` ``build_info`` (``b<number>-<commit>``). Its native
-API (``/completion`` fields, the ``grammar_triggers`` encoding, the stream's last event) changes
-between builds without notice, so a server whose build is not listed here is refused with
-``UntestedServerError`` unless the caller passes ``allow_untested_build=True``.
+A llama-server names its build in ``/props`` ``build_info`` (``b<number>-<commit>``; a release
+built from its source tarball says ``b0-unknown``, so the string cannot carry a decision). A
+build not listed here is used all the same: what the engine sends is decided from what the
+server reports about itself, and the first contact with such a build logs one line naming it.
+``allow_untested_build`` is still accepted, and no longer needed.
 """
 
 from __future__ import annotations
 
-from ..errors import UntestedServerError
+import logging
+import threading
 
 __all__ = ["TESTED_BUILDS", "check_build"]
+
+log = logging.getLogger("llamacpp_integrations.remote")
 
 TESTED_BUILDS: frozenset[str] = frozenset(
     {
@@ -20,13 +24,26 @@ TESTED_BUILDS: frozenset[str] = frozenset(
     }
 )
 
+_logged: set[tuple[str, str]] = set()
+_logged_lock = threading.Lock()
 
-def check_build(build_info: object, url: str, *, allow_untested: bool) -> None:
-    """Raise ``UntestedServerError`` for a build not in ``TESTED_BUILDS`` (unless allowed)."""
-    if allow_untested or build_info in TESTED_BUILDS:
+
+def check_build(build_info: object, url: str, *, allow_untested: bool = False) -> None:
+    """Log once per (server, build) that a build not in ``TESTED_BUILDS`` is in use.
+
+    Nothing is refused: ``allow_untested`` is accepted for compatibility and changes nothing.
+    """
+    del allow_untested
+    build = str(build_info or "")
+    if build in TESTED_BUILDS:
         return
-    tested = ", ".join(sorted(TESTED_BUILDS))
-    raise UntestedServerError(
-        f"{url} runs llama-server build {build_info!r}, which this package was not tested "
-        f"against (tested: {tested}); pass allow_untested_build=True to use it anyway"
+    with _logged_lock:
+        if (url, build) in _logged:
+            return
+        _logged.add((url, build))
+    log.info(
+        "%s runs llama-server build %r, not one this package was tested against; the engine "
+        "uses what the server reports about itself",
+        url,
+        build,
     )

@@ -13,7 +13,7 @@ from llama_index.core.base.llms.types import ChatMessage as IndexMessage
 from pydantic import BaseModel
 
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, SamplingParams
-from llamacpp_integrations.errors import ServerUnavailableError, UntestedServerError
+from llamacpp_integrations.errors import ServerUnavailableError
 from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
 from llamacpp_integrations.remote import RemoteEngine, connect
@@ -94,14 +94,12 @@ async def test_async_health(remote_engine: RemoteEngine) -> None:
     assert await remote_engine.ahealth()
 
 
-def test_an_untested_build_is_refused_unless_allowed(
+def test_an_unknown_build_is_used_by_default(
     remote_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("llamacpp_integrations.remote.builds.TESTED_BUILDS", frozenset())
-    with RemoteEngine(remote_urls[0]) as refused, pytest.raises(UntestedServerError, match="b"):
-        refused.generate(_chat("Hi", max_tokens=2))
-    with RemoteEngine(remote_urls[0], allow_untested_build=True) as allowed:
-        assert allowed.generate(_chat("Hi", max_tokens=2)).usage.completion_tokens > 0
+    with RemoteEngine(remote_urls[0]) as engine:
+        assert engine.generate(_chat("Hi", max_tokens=2)).usage.completion_tokens > 0
 
 
 @pytest.mark.usefixtures("live_remote")

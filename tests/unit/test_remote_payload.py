@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import math
 
 import pytest
@@ -13,7 +14,6 @@ from llamacpp_integrations.errors import (
     InvalidRequestError,
     RequestTimeoutError,
     ServerUnavailableError,
-    UntestedServerError,
 )
 from llamacpp_integrations.prompts.media import ImageInput
 from llamacpp_integrations.remote import TESTED_BUILDS
@@ -151,12 +151,14 @@ def test_events_are_read_from_sse_lines() -> None:
     assert parse_event("") is None and parse_event("data: [DONE]") is None
 
 
-def test_untested_builds_are_refused_unless_allowed() -> None:
+def test_an_unknown_build_is_used_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "llamacpp_integrations.remote")
     for build in TESTED_BUILDS:
-        check_build(build, URL, allow_untested=False)
-    with pytest.raises(UntestedServerError, match="allow_untested_build"):
-        check_build("b9999-abcdef0", URL, allow_untested=False)
+        check_build(build, URL)
+    assert not caplog.records
+    check_build("b9999-abcdef0", URL)
     check_build("b9999-abcdef0", URL, allow_untested=True)
+    assert [r.getMessage().count("b9999-abcdef0") for r in caplog.records] == [1]
 
 
 def test_server_description_and_stats() -> None:
