@@ -4,6 +4,8 @@ The tree::
 
     LlamaCppIntegrationError            base of everything below
     ├── ModelLoadError                  missing / truncated / non-GGUF file, llama.cpp refused it
+    ├── MissingDependencyError (ModuleNotFoundError)  an optional dependency is not installed;
+    │                                   names the extra that installs it
     ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
     │   ├── UnknownOptionError (TypeError)  a call got keyword arguments no adapter takes
     │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
@@ -47,6 +49,7 @@ __all__ = [
     "InvalidRequestError",
     "KVCacheFullError",
     "LlamaCppIntegrationError",
+    "MissingDependencyError",
     "ModelLoadError",
     "OutputTruncatedError",
     "RequestCancelledError",
@@ -76,6 +79,27 @@ class ModelLoadError(LlamaCppIntegrationError):
         super().__init__(f"cannot load model {path!r}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class MissingDependencyError(LlamaCppIntegrationError, ModuleNotFoundError):
+    """Something asked for needs an optional dependency that is not installed.
+
+    ``name`` is the module that could not be imported (as on any ``ModuleNotFoundError``),
+    ``package`` the distribution that provides it, ``extra`` this package's extra that installs
+    it and ``install`` the pip command that does. A ``ModuleNotFoundError`` so code that probes
+    for optional modules keeps working.
+    """
+
+    def __init__(self, module: str, *, package: str, extra: str, needed_for: str) -> None:
+        install = f"pip install 'llamacpp-integrations[{extra}]'"
+        super().__init__(
+            f"{needed_for} requires {package} (module {module!r}), which is not installed; "
+            f"install the {extra!r} extra: {install}"
+        )
+        self.name = module
+        self.package = package
+        self.extra = extra
+        self.install = install
 
 
 class InvalidRequestError(LlamaCppIntegrationError, ValueError):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from ..engine import ChunkingEngine, InferenceEngine, RerankingEngine
 from ..errors import InvalidRequestError
+from ..optional import require
 from .binding import EngineBinding
 from .embedding_prefixes import Prefixes, prefixes_for
 
@@ -90,16 +91,12 @@ class _NoProgress:
 
 @contextmanager
 def progress_bar(show: bool, total: int, description: str) -> Iterator[Progress]:
-    """A tqdm bar over ``total`` texts when ``show`` and tqdm is installed; else nothing."""
+    """A tqdm bar over ``total`` texts when ``show``, else nothing (tqdm comes with the
+    ``langchain`` extra, the one adapter family that shows it)."""
     if not show:
         yield _NoProgress()
         return
-    try:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
-    except ImportError:  # progress is a nicety: embed without it
-        yield _NoProgress()
-        return
-    bar = tqdm(total=total, desc=description, unit="text")
+    bar = require("tqdm.auto", "langchain").tqdm(total=total, desc=description, unit="text")
     try:
         yield bar
     finally:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from .chat_model import ChatLlamaCpp
-from .embeddings import LlamaCppEmbeddings
-from .reranker import LlamaCppReranker
+from ..optional import requires
+
+with requires("langchain"):
+    from .chat_model import ChatLlamaCpp
+    from .embeddings import LlamaCppEmbeddings
+    from .reranker import LlamaCppReranker
 
 __all__ = ["ChatLlamaCpp", "LlamaCppEmbeddings", "LlamaCppReranker"]

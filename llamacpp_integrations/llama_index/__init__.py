@@ -12,9 +12,12 @@ weights). Needs the ``llama-index`` extra: ``pip install 'llamacpp-integrations[
 
 from __future__ import annotations
 
-from .embedding import LlamaCppEmbedding
-from .llm import LlamaCpp
-from .reranker import LlamaCppRerank
-from .window import ModelTokenizer
+from ..optional import requires
+
+with requires("llama-index"):
+    from .embedding import LlamaCppEmbedding
+    from .llm import LlamaCpp
+    from .reranker import LlamaCppRerank
+    from .window import ModelTokenizer
 
 __all__ = ["LlamaCpp", "LlamaCppEmbedding", "LlamaCppRerank", "ModelTokenizer"]

@@ -9,7 +9,8 @@ Specs:
 The choice rules are in ``gguf_files``. A split model is fetched whole and named by its first
 part, which llama.cpp loads with the others beside it. Downloads go through
 ``huggingface_hub`` (its cache, token, ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE``); offline, or with
-``download=False``, only the cache is read. Every failure is raised as ``ModelLoadError``.
+``download=False``, only the cache is read. Every failure is raised as ``ModelLoadError``, but
+a missing ``huggingface_hub``: ``MissingDependencyError``, naming the extra.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
+from ..optional import require
 from .gguf_files import choose_mmproj, choose_model_file, is_mmproj, split_name
 
 __all__ = [
@@ -92,15 +94,8 @@ def hub_offline() -> bool:
 
 
 def _hub() -> Any:
-    try:
-        # Imported here so the hub stays an optional dependency.
-        import huggingface_hub
-    except ImportError:
-        raise ModelLoadError(
-            HF_PREFIX,
-            "huggingface_hub is not installed; run: pip install 'llamacpp-integrations[hub]'",
-        ) from None
-    return huggingface_hub
+    # Imported here so the hub stays an optional dependency.
+    return require("huggingface_hub", "hub")
 
 
 def _progress_class(callback: ProgressCallback, filename: str) -> type[Any]:
@@ -109,7 +104,7 @@ def _progress_class(callback: ProgressCallback, filename: str) -> type[Any]:
     ``hf_hub_download`` only takes a progress *class*, so one is made per file to carry the
     callback. ``update_transfer`` makes huggingface_hub's Xet downloads use a single bar.
     """
-    from tqdm import tqdm  # type: ignore[import-untyped]
+    tqdm: type[Any] = require("tqdm", "hub").tqdm
 
     class CallbackBar(tqdm):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -8,10 +8,13 @@ images and embeddings); ``connect`` makes the engine a URL (or several) names, f
 
 from __future__ import annotations
 
-from .builds import TESTED_BUILDS
-from .connect import connect
-from .engine import RemoteEngine
-from .fleet import FleetEngine, FleetStats
-from .routing import ServerState
+from ..optional import requires
+
+with requires("remote"):
+    from .builds import TESTED_BUILDS
+    from .connect import connect
+    from .engine import RemoteEngine
+    from .fleet import FleetEngine, FleetStats
+    from .routing import ServerState
 
 __all__ = ["TESTED_BUILDS", "FleetEngine", "FleetStats", "RemoteEngine", "ServerState", "connect"]

@@ -29,12 +29,15 @@ Needs the ``server`` extra (``pip install 'llamacpp-integrations[server]'``).
 
 from __future__ import annotations
 
-from .app import DEFAULT_MAX_BODY_BYTES, create_app, default_model_name
-from .errors import ERROR_TABLE, ApiError, ErrorRow
-from .model_files import served_model_files
-from .on_demand import DEFAULT_KEEP_ALIVE, OnDemandRoster
-from .run import serve
-from .settings import ServerSettings
+from ..optional import requires
+
+with requires("server"):
+    from .app import DEFAULT_MAX_BODY_BYTES, create_app, default_model_name
+    from .errors import ERROR_TABLE, ApiError, ErrorRow
+    from .model_files import served_model_files
+    from .on_demand import DEFAULT_KEEP_ALIVE, OnDemandRoster
+    from .run import serve
+    from .settings import ServerSettings
 
 __all__ = [
     "DEFAULT_KEEP_ALIVE",

@@ -11,7 +11,7 @@ import pytest
 from gguf import GGUFWriter
 
 from llamacpp_integrations.engine import EngineConfig
-from llamacpp_integrations.errors import ModelLoadError
+from llamacpp_integrations.errors import MissingDependencyError, ModelLoadError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.models import (
     cached_model_info,
@@ -257,5 +257,5 @@ def test_profile_without_a_readable_header_says_why(
 
 def test_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # makes the import fail
-    with pytest.raises(ModelLoadError, match=r"llamacpp-integrations\[hub\]"):
+    with pytest.raises(MissingDependencyError, match=r"llamacpp-integrations\[hub\]"):
         resolve_model_path("hf://owner/repo/model.gguf")

@@ -4,5 +4,15 @@
 ``embedder`` (the embedding context), ``vision`` (libmtmd projectors and image prompts),
 ``devices`` (backends and offload) and ``llama_log`` (llama.cpp's log, routed to ``logging``).
 llama.cpp's return codes become this package's errors here. Nothing outside this folder imports
-``llama_cpp``; importing this package itself loads nothing.
+``llama_cpp``. Importing this package checks llama-cpp-python (the ``local`` extra) is there
+before any of its modules runs: without it, asking for a local model raises
+``MissingDependencyError`` naming the extra (adapters over a remote engine, and replaying
+cassettes, never come here).
 """
+
+from __future__ import annotations
+
+from ...optional import requires
+
+with requires("local"):
+    import llama_cpp  # noqa: F401  (every module here imports it next anyway)
