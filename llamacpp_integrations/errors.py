@@ -13,10 +13,13 @@ The tree::
     │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
     │   ├── UnsupportedContentError     a message part of a kind the package cannot pass on
     │   ├── ImageInputNotSupportedError an image given to a model without an image projector
+    │   ├── ServerFeatureError          a remote server lacks a feature the request needs; names
+    │   │                               the feature and the server's build
     │   └── ImageLoadError              an image input refused or unreadable; ``reason`` says why
     ├── EngineOverloadedError           the admission queue stayed full
     ├── ServerUnavailableError          a remote server refused, failed (5xx) or is still loading
-    ├── UntestedServerError             a remote server build this package was not tested against
+    │   └── ServerAuthenticationError   it wants an API key, or refused the one given (401/403)
+    ├── UntestedServerError             deprecated, no longer raised (every build is used)
     ├── EngineClosedError               the engine was closed (or its worker died)
     ├── RequestCancelledError           the request was cancelled before it finished
     ├── RequestTimeoutError (TimeoutError)  the request ran past its own timeout
@@ -55,6 +58,8 @@ __all__ = [
     "RequestCancelledError",
     "RequestTimeoutError",
     "SchemaNotSupportedError",
+    "ServerAuthenticationError",
+    "ServerFeatureError",
     "ServerUnavailableError",
     "ToolCallParseError",
     "UnknownOptionError",
@@ -213,9 +218,38 @@ class ServerUnavailableError(LlamaCppIntegrationError):
         self.retryable = retryable
 
 
+class ServerAuthenticationError(ServerUnavailableError):
+    """A remote server refused the request for its API key (401/403): none was given and the
+    server wants one, or the one given is wrong. Never retryable (the key is wrong everywhere)."""
+
+    def __init__(self, message: str, *, url: str, request_id: str | None = None) -> None:
+        super().__init__(message, url=url, retryable=False, request_id=request_id)
+
+
+class ServerFeatureError(InvalidRequestError):
+    """A remote server lacks a feature the request needs (``feature``: ``"images"``,
+    ``"embeddings"``, ``"rerank"``, ``"logprobs"``...), as it reports itself; ``build`` is the
+    server's build, ``url`` the server."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        feature: str,
+        url: str,
+        build: str = "",
+        request_id: str | None = None,
+    ) -> None:
+        where = f"{url} (llama-server build {build or 'unknown'})"
+        super().__init__(f"{where} does not offer {feature}: {message}", request_id=request_id)
+        self.feature = feature
+        self.url = url
+        self.build = build
+
+
 class UntestedServerError(LlamaCppIntegrationError):
-    """A remote server runs a build this package was not tested against (its ``/props``
-    ``build_info`` is named); pass ``allow_untested_build=True`` to use it anyway."""
+    """Deprecated: no longer raised. A remote server of any build is used, and what is sent to
+    it is decided from what it reports about itself (``remote.ServerCapabilities``)."""
 
 
 class EngineClosedError(LlamaCppIntegrationError):

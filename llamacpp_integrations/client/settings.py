@@ -118,8 +118,9 @@ class EngineBound(BaseModel):
     base_url: str | list[str] | None = Field(
         default=None,
         description="A llama.cpp llama-server to serve from instead of a local model (its URL, "
-        "or a list of URLs for a fleet); model and the engine settings are then unused. Needs "
-        "the remote extra (httpx).",
+        "or a list of URLs for a fleet; it may carry a reverse proxy's path); the engine "
+        "settings are then unused, and model names the model of a router (a server started "
+        "over --models-dir or --models-preset). Needs the remote extra (httpx).",
     )
     embeddings_url: str | None = Field(
         default=None,
@@ -165,7 +166,7 @@ class EngineBound(BaseModel):
                 self.base_url,
                 embeddings_url=self.embeddings_url,
                 api_key=self.api_key,
-                allow_untested_build=self.allow_untested_build,
+                model=getattr(self, "model", None),
             )
         return self._remote
 

@@ -28,8 +28,11 @@ _logged: set[tuple[str, str]] = set()
 _logged_lock = threading.Lock()
 
 
-def check_build(build_info: object, url: str, *, allow_untested: bool = False) -> None:
-    """Log once per (server, build) that a build not in ``TESTED_BUILDS`` is in use.
+def check_build(
+    build_info: object, url: str, *, allow_untested: bool = False, detected: str = ""
+) -> None:
+    """Log once per (server, build) that a build not in ``TESTED_BUILDS`` is in use, with what
+    was ``detected`` of it.
 
     Nothing is refused: ``allow_untested`` is accepted for compatibility and changes nothing.
     """
@@ -43,7 +46,8 @@ def check_build(build_info: object, url: str, *, allow_untested: bool = False) -
         _logged.add((url, build))
     log.info(
         "%s runs llama-server build %r, not one this package was tested against; the engine "
-        "uses what the server reports about itself",
+        "uses what the server reports about itself%s",
         url,
         build,
+        f": {detected}" if detected else "",
     )

@@ -7,6 +7,11 @@ settings go to the server's native ``/completion`` as fields; images are vetted 
 image policy and sent as pixels (the server never fetches a URL). The server streams tokens,
 their text and log-probabilities; ``chunks.ChunkReader`` turns them into ``StreamChunk`` s.
 
+What the server can do is read once from what it reports about itself
+(``capabilities.ServerCapabilities``), whatever its build: a request needing a feature the
+server lacks raises ``ServerFeatureError`` naming the feature and the build. Behind a router
+(one llama-server over several models), ``model`` names the model every request goes to.
+
 Closing a stream (leaving the loop, cancelling the task) closes the HTTP response, and the
 server aborts the request's slot. A failure before the first chunk is a retryable
 ``ServerUnavailableError`` (a fleet may send the request elsewhere); after it, not.
@@ -30,8 +35,10 @@ from ..errors import (
     EngineClosedError,
     InvalidRequestError,
     LlamaCppIntegrationError,
+    ServerFeatureError,
 )
-from .builds import check_build
+from .builds import TESTED_BUILDS, check_build
+from .capabilities import RouterModel, ServerCapabilities, detect, is_router, router_models
 from .collect import acollect, collect
 from .completion_stream import CompletionStream
 from .embeddings import RemoteEmbeddings
@@ -53,12 +60,16 @@ class RemoteEngine:
         engine = RemoteEngine("http://10.0.0.5:8080", embeddings_url="http://10.0.0.5:8081")
         llm = ChatLlamaCpp(engine=engine)          # or ChatLlamaCpp(base_url=...)
 
-    Construction sends nothing: the server is asked for its properties on first use, and a build
-    not in ``remote.TESTED_BUILDS`` is then refused with ``UntestedServerError`` unless
-    ``allow_untested_build``. ``embeddings_url`` names a server started with ``--embeddings``
-    (``--pooling mean`` matches the local engine); without it embeddings go to ``base_url``.
-    ``api_key`` is sent as a bearer token. ``timeout`` bounds every HTTP exchange (a request's
-    own ``timeout`` bounds it further).
+    Construction sends nothing: the server is asked for its properties on first use
+    (``capabilities``); a build not in ``remote.TESTED_BUILDS`` is used all the same, with one
+    log line (``allow_untested_build`` is accepted and ignored). ``model`` names the model of a
+    router (a llama-server started without ``-m`` over ``--models-dir``/``--models-preset``);
+    every request carries it; on a single-model server it is sent and ignored.
+    ``base_url`` may carry a path (a reverse proxy's prefix). ``embeddings_url`` names a
+    server started with ``--embeddings`` (``--pooling mean`` matches the local engine); without
+    it embeddings go to ``base_url``. ``api_key`` is sent as a bearer token (a server that wants
+    another raises ``ServerAuthenticationError``). ``timeout`` bounds every HTTP exchange (a
+    request's own ``timeout`` bounds it further).
 
     On Python 3.11 ``isinstance(engine, InferenceEngine)`` reads ``info``, so an adapter given
     ``engine=RemoteEngine(...)`` asks the server for its properties when it validates the
@@ -73,6 +84,7 @@ class RemoteEngine:
         api_key: str | SecretStr | None = None,
         timeout: float = 600.0,
         allow_untested_build: bool = False,
+        model: str | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise InvalidRequestError(f"base_url must be an http(s) URL, not {base_url!r}")
@@ -81,8 +93,9 @@ class RemoteEngine:
         key = SecretStr(api_key) if isinstance(api_key, str) else api_key
         self.base_url = base_url.rstrip("/")
         self.embeddings_url = (embeddings_url or base_url).rstrip("/")
-        self.allow_untested_build = allow_untested_build
-        self._gen = Transport(self.base_url, api_key=key, timeout=timeout)
+        self.allow_untested_build = allow_untested_build  # deprecated: ignored
+        self.model = model
+        self._gen = Transport(self.base_url, api_key=key, timeout=timeout, model=model)
         self._emb = (
             self._gen
             if self.embeddings_url == self.base_url
@@ -97,7 +110,8 @@ class RemoteEngine:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"RemoteEngine({self.base_url!r})"
+        model = f", model={self.model!r}" if self.model else ""
+        return f"RemoteEngine({self.base_url!r}{model})"
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -129,7 +143,7 @@ class RemoteEngine:
         """Whether ``/health`` says the server is ready (False while it loads, or when it
         cannot be reached)."""
         try:
-            response = self._gen.get("/health", timeout=HEALTH_TIMEOUT)
+            response = self._gen.get("/health", timeout=HEALTH_TIMEOUT, routed=False)
         except LlamaCppIntegrationError:
             return False
         return _healthy(response)
@@ -137,7 +151,7 @@ class RemoteEngine:
     async def ahealth(self) -> bool:
         """Async ``health``."""
         try:
-            response = await self._gen.aget("/health", timeout=HEALTH_TIMEOUT)
+            response = await self._gen.aget("/health", timeout=HEALTH_TIMEOUT, routed=False)
         except LlamaCppIntegrationError:
             return False
         return _healthy(response)
@@ -151,17 +165,66 @@ class RemoteEngine:
         self._check_open()
         with self._lock:
             if self._desc is None:
-                props = self._gen.get_json("/props")
-                check_build(
-                    props.get("build_info"), self.base_url, allow_untested=self.allow_untested_build
-                )
-                desc = describe_server(self.base_url, props, self._gen.get_json("/v1/models"))
+                desc = self._discover()
                 self._prompts.learn(desc)
                 self._desc = desc
             return self._desc
 
+    def _discover(self) -> ServerDescription:
+        own = self._gen.get_json("/props", routed=False)
+        if is_router(own):
+            models = router_models(self._gen.get_json("/models", routed=False))
+            _check_routed(self.base_url, self.model, models, str(own.get("build_info") or ""))
+            props = self._gen.get_json("/props")  # the routed model's (loads it if it must)
+            listing: object = {}  # a router's /v1/models lists its models, not their sizes
+            caps = detect(
+                props, tested_builds=TESTED_BUILDS, router_props=own, models=models,
+                model=self.model,
+            )  # fmt: skip
+        else:
+            props, listing = own, self._gen.get_json("/v1/models")
+            caps = detect(props, tested_builds=TESTED_BUILDS, model=self.model)
+        check_build(caps.build, self.base_url, detected=caps.summary())
+        self._gen.build = self._emb.build = caps.build
+        return describe_server(self.base_url, props, listing, caps)
+
     async def _aserver(self) -> ServerDescription:
         return self._desc if self._desc is not None else await asyncio.to_thread(self._server)
+
+    @property
+    def capabilities(self) -> ServerCapabilities:
+        """What the server (or the routed model) offers, as it reported it on first use."""
+        return self._server().capabilities
+
+    def models(self) -> list[RouterModel]:
+        """A router's models and their status, as it lists them now (``/models``); a
+        single-model server's one model."""
+        self._check_open()
+        listing = router_models(self._gen.get_json("/models", routed=False))
+        return list(listing)
+
+    def load_model(self, model: str | None = None) -> None:
+        """Ask a router to load ``model`` (default: this engine's); it loads in the background,
+        and a request to it waits for the load."""
+        self._router_call("/models/load", model)
+
+    def unload_model(self, model: str | None = None) -> None:
+        """Ask a router to unload ``model`` (default: this engine's), freeing its memory."""
+        self._router_call("/models/unload", model)
+
+    def _router_call(self, path: str, model: str | None) -> None:
+        self._check_open()
+        name = model or self.model
+        if not name:
+            raise InvalidRequestError(f"{path} needs a model name (this engine has none)")
+        if not self._server().capabilities.router:
+            raise ServerFeatureError(
+                "it serves one model (started with -m); load and unload need a router",
+                feature="router mode",
+                url=self.base_url,
+                build=self._server().capabilities.build,
+            )
+        self._gen.post_json(path, {"model": name})
 
     @property
     def info(self) -> ModelInfo:
@@ -182,11 +245,14 @@ class RemoteEngine:
         """Busy slots (``/slots``), and waiting requests and decode steps (``/metrics``, when
         the server runs with ``--metrics``)."""
         self._check_open()
-        slots = self._gen.get("/slots")
-        metrics = self._gen.get("/metrics")
+        caps = self._server().capabilities
+        slots = self._gen.get("/slots") if caps.slots_endpoint else None
+        metrics = self._gen.get("/metrics") if caps.metrics_endpoint else None
         return stats_from(
-            slots.json() if slots.status_code == 200 else [],
-            parse_metrics(metrics.text) if metrics.status_code == 200 else {},
+            slots.json() if slots is not None and slots.status_code == 200 else [],
+            parse_metrics(metrics.text)
+            if metrics is not None and metrics.status_code == 200
+            else {},
         )
 
     # ---- tokens and templates ----------------------------------------------------------------
@@ -238,6 +304,14 @@ class RemoteEngine:
                 f"{request.max_tokens} tokens were asked for, but one sequence holds {n_ctx}",
                 n_prompt_tokens=0,
                 n_ctx=n_ctx,
+                request_id=request.request_id,
+            )
+        if request.logprobs is not None and not desc.capabilities.token_probs:
+            raise ServerFeatureError(
+                "its /completion does not report token probabilities (n_probs)",
+                feature="logprobs",
+                url=self.base_url,
+                build=desc.capabilities.build,
                 request_id=request.request_id,
             )
         prompt, images = self._prompts.prompt(request, desc)
@@ -315,6 +389,18 @@ class RemoteEngine:
         return await self._embeddings.aembed(
             texts, normalize=normalize, truncate=truncate, timeout=timeout
         )
+
+
+def _check_routed(url: str, model: str | None, models: Sequence[RouterModel], build: str) -> None:
+    """A router needs a model it serves (by id or alias)."""
+    names = sorted(m.id for m in models)
+    if model is None:
+        raise InvalidRequestError(
+            f"{url} (llama-server build {build}) is a router over several models ({names}): "
+            "name one with model="
+        )
+    if not any(model == m.id or model in m.aliases for m in models):
+        raise InvalidRequestError(f"{url} serves no model {model!r} (it serves {names})")
 
 
 def _healthy(response: httpx.Response) -> bool:

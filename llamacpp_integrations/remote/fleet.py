@@ -90,7 +90,8 @@ class FleetEngine:
         embeddings_url: An ``--embeddings`` server every member sends embeddings to.
         api_key: Bearer key sent to every server.
         timeout: Seconds one HTTP request may take.
-        allow_untested_build: Use servers whose build this package was not tested against.
+        allow_untested_build: Deprecated and ignored: every build is used.
+        model: The model every request names, for members that are routers over several models.
         probe_interval: Seconds between ``/health`` probes of one server.
         cooldown: Seconds an ejected server stays out before a successful probe readmits it.
         load_factor: How far above the average in-flight load a server may go before a key it
@@ -110,6 +111,7 @@ class FleetEngine:
         cooldown: float = 10.0,
         load_factor: float = 1.25,
         affinity: bool = True,
+        model: str | None = None,
     ) -> None:
         from .engine import RemoteEngine  # httpx is imported only when a fleet is built
 
@@ -128,6 +130,7 @@ class FleetEngine:
                 api_key=api_key,
                 timeout=timeout,
                 allow_untested_build=allow_untested_build,
+                model=model,
             )
         self._setup(
             members,

@@ -82,7 +82,9 @@ class RemotePrompts:
     def _require_images(self, request: GenerationRequest, desc: ServerDescription) -> str:
         if desc.media_marker is None:
             raise ImageInputNotSupportedError(
-                f"the server at {self._base_url} has no image projector (start it with --mmproj)",
+                f"the server at {self._base_url} (llama-server build "
+                f"{desc.capabilities.build or 'unknown'}) has no image projector (start it "
+                "with --mmproj)",
                 request_id=request.request_id,
             )
         return desc.media_marker

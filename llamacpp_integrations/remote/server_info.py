@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ..engine.results import EngineStats, ModelInfo, SlotStats
+from .capabilities import ServerCapabilities, detect
 
 __all__ = ["ServerDescription", "describe_server", "parse_metrics", "stats_from"]
 
@@ -30,6 +31,7 @@ class ServerDescription:
     bos_token: str
     eos_token: str
     n_slots: int
+    capabilities: ServerCapabilities
 
 
 def _meta(models: object) -> Mapping[str, Any]:
@@ -40,12 +42,19 @@ def _meta(models: object) -> Mapping[str, Any]:
     return {}
 
 
-def describe_server(url: str, props: Mapping[str, Any], models: object) -> ServerDescription:
-    """``/props`` and ``/v1/models`` as a description with its ``ModelInfo``."""
+def describe_server(
+    url: str,
+    props: Mapping[str, Any],
+    models: object,
+    capabilities: ServerCapabilities | None = None,
+) -> ServerDescription:
+    """``/props`` and ``/v1/models`` as a description with its ``ModelInfo`` (``capabilities``:
+    as detected from the same ``/props``, unless given)."""
+    caps = capabilities or detect(props, tested_builds=frozenset())
     meta = _meta(models)
     settings = props.get("default_generation_settings") or {}
     model_path = str(props.get("model_path") or "")
-    vision = bool((props.get("modalities") or {}).get("vision"))
+    vision = caps.vision
     n_ctx = int(settings.get("n_ctx") or meta.get("n_ctx") or 0)
     info = ModelInfo(
         path=url,
@@ -67,10 +76,11 @@ def describe_server(url: str, props: Mapping[str, Any], models: object) -> Serve
     return ServerDescription(
         info=info,
         build_info=str(props.get("build_info", "")),
-        media_marker=str(props["media_marker"]) if vision and props.get("media_marker") else None,
+        media_marker=caps.media_marker if vision else None,
         bos_token=str(props.get("bos_token") or ""),
         eos_token=str(props.get("eos_token") or ""),
         n_slots=int(props.get("total_slots") or 0),
+        capabilities=caps,
     )
 
 

@@ -7,11 +7,16 @@ Every failure leaves here as one of the package's errors:
 * no connection, a 5xx, or 503 while the model loads: ``ServerUnavailableError``, retryable
   only while nothing of the answer was delivered (``delivered=False``);
 * a 400: ``ContextOverflowError`` when the prompt does not fit, ``InvalidRequestError`` else;
-* a 401/403: ``ServerUnavailableError`` (not retryable: the key is wrong everywhere);
+* a 401/403: ``ServerAuthenticationError`` (not retryable: the key is missing or wrong
+  everywhere), saying which;
+* a 501 ``not_supported_error`` (embeddings or reranking not enabled...): ``ServerFeatureError``
+  naming the feature and the server's build;
 * past the deadline: ``RequestTimeoutError``.
 
 What goes out, how often it is tried and what a failure or a refusal becomes is decided once,
-by an ``_Exchange``; the sync and async methods only send, read and close.
+by an ``_Exchange``; the sync and async methods only send, read and close. Behind a router
+(``model``), every request names the model: a POST body's ``model`` field, a GET's ``?model=``.
+The base URL may carry a path (a reverse proxy's prefix): requests are made relative to it.
 """
 
 from __future__ import annotations
@@ -32,12 +37,22 @@ from ..errors import (
     InvalidRequestError,
     LlamaCppIntegrationError,
     RequestTimeoutError,
+    ServerAuthenticationError,
+    ServerFeatureError,
     ServerUnavailableError,
 )
 
 __all__ = ["Transport", "error_for_status", "parse_event"]
 
 POOL = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+# What a 501 on these paths means the server was not started with.
+FEATURES = {
+    "/embeddings": "embeddings (start the server with --embeddings)",
+    "/v1/embeddings": "embeddings (start the server with --embeddings)",
+    "/rerank": "rerank (start the server with --reranking)",
+    "/v1/rerank": "rerank (start the server with --reranking)",
+    "/infill": "infill",
+}
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -66,8 +81,15 @@ def error_for_status(
     url: str,
     delivered: bool = False,
     request_id: str | None = None,
+    key_sent: bool | None = None,
+    path: str = "",
+    build: str = "",
 ) -> LlamaCppIntegrationError:
-    """The package's error for an HTTP error status (or an error event in a stream)."""
+    """The package's error for an HTTP error status (or an error event in a stream).
+
+    ``key_sent`` says whether an API key went with the request (``None``: not known);
+    ``path`` and ``build`` name the feature and the server when it lacks one.
+    """
     message, kind, fields = _error_fields(body)
     if kind == "exceed_context_size_error":
         return ContextOverflowError(
@@ -77,10 +99,20 @@ def error_for_status(
             request_id=request_id,
         )
     if status in (401, 403):
-        return ServerUnavailableError(
-            f"refused the API key ({status}): {message}",
+        why = {
+            True: "refused the API key given",
+            False: "wants an API key and none was given (pass api_key=)",
+            None: "refused the API key",
+        }[key_sent]
+        return ServerAuthenticationError(
+            f"{why} ({status}): {message}", url=url, request_id=request_id
+        )
+    if status == 501 or kind == "not_supported_error":
+        return ServerFeatureError(
+            message,
+            feature=FEATURES.get(path, path or "this endpoint"),
             url=url,
-            retryable=False,
+            build=build,
             request_id=request_id,
         )
     if status == 503:
@@ -123,10 +155,20 @@ class _Exchange:
     timeout: httpx.Timeout
     request_id: str | None = None
     stream: bool = False  # the answer's body is read as it comes
+    params: Mapping[str, str] | None = None  # the query string
+    key_sent: bool = False
+    build: str = ""  # the server's, once known, for errors
 
     def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
-        """The request, built by the client that sends it (its base URL and headers)."""
-        return client.build_request(self.method, self.path, json=self.body, timeout=self.timeout)
+        """The request, built by the client that sends it (its base URL and headers; httpx
+        keeps a base URL's own path, a proxy's prefix, in front of ``path``)."""
+        return client.build_request(
+            self.method,
+            self.path,
+            json=self.body,
+            params=self.params,
+            timeout=self.timeout,
+        )
 
     def attempts(self) -> Iterator[contextlib.AbstractContextManager[None]]:
         """The tries of the exchange, each made inside the context it gives; the caller
@@ -153,7 +195,13 @@ class _Exchange:
     def refusal(self, response: httpx.Response) -> LlamaCppIntegrationError:
         """The error a refused answer stands for (its body read)."""
         return error_for_status(
-            response.status_code, _json_or_text(response), url=self.url, request_id=self.request_id
+            response.status_code,
+            _json_or_text(response),
+            url=self.url,
+            request_id=self.request_id,
+            key_sent=self.key_sent,
+            path=self.path,
+            build=self.build,
         )
 
     def answer(self, response: httpx.Response) -> Any:
@@ -164,11 +212,21 @@ class _Exchange:
 
 
 class Transport:
-    """Pooled HTTP clients for one server URL."""
+    """Pooled HTTP clients for one server URL (``model``: the model a router routes to)."""
 
-    def __init__(self, url: str, *, api_key: SecretStr | None, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: SecretStr | None,
+        timeout: float,
+        model: str | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.model = model
+        self.build = ""  # set once the server's /props was read, for errors naming it
+        self._key_sent = api_key is not None
         self._headers = {"Accept": "application/json"}
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key.get_secret_value()}"
@@ -211,9 +269,25 @@ class Transport:
         timeout: float | None = None,
         request_id: str | None = None,
         stream: bool = False,
+        routed: bool = True,
     ) -> _Exchange:
+        params = None
+        if routed and self.model is not None:
+            if method == "GET":
+                params = {"model": self.model}
+            elif body is not None and "model" not in body:
+                body = {**body, "model": self.model}
         return _Exchange(
-            self.url, method, path, body, self._timeout(timeout), request_id, stream=stream
+            self.url,
+            method,
+            path,
+            body,
+            self._timeout(timeout),
+            request_id,
+            stream=stream,
+            params=params,
+            key_sent=self._key_sent,
+            build=self.build,
         )
 
     def _send(self, exchange: _Exchange) -> httpx.Response:
@@ -232,18 +306,24 @@ class Transport:
 
     # ---- plain requests ---------------------------------------------------------------------
 
-    def get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
-        return self._send(self._exchange("GET", path, timeout=timeout))
+    # ``routed=False``: the server's own answer, not the routed model's (a router's /props).
 
-    async def aget(self, path: str, *, timeout: float | None = None) -> httpx.Response:
-        return await self._asend(self._exchange("GET", path, timeout=timeout))
+    def get(
+        self, path: str, *, timeout: float | None = None, routed: bool = True
+    ) -> httpx.Response:
+        return self._send(self._exchange("GET", path, timeout=timeout, routed=routed))
 
-    def get_json(self, path: str) -> Any:
-        exchange = self._exchange("GET", path)
+    async def aget(
+        self, path: str, *, timeout: float | None = None, routed: bool = True
+    ) -> httpx.Response:
+        return await self._asend(self._exchange("GET", path, timeout=timeout, routed=routed))
+
+    def get_json(self, path: str, *, routed: bool = True) -> Any:
+        exchange = self._exchange("GET", path, routed=routed)
         return exchange.answer(self._send(exchange))
 
-    async def aget_json(self, path: str) -> Any:
-        exchange = self._exchange("GET", path)
+    async def aget_json(self, path: str, *, routed: bool = True) -> Any:
+        exchange = self._exchange("GET", path, routed=routed)
         return exchange.answer(await self._asend(exchange))
 
     def post_json(
