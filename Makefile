@@ -25,7 +25,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,hub,remote,server,langchain,llama-index,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[local,test,hub,remote,server,langchain,llama-index,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -8,6 +8,7 @@ the framework-neutral adapter core; the framework adapters live in
 from __future__ import annotations
 
 import logging
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from . import errors
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 # A library logs but never decides where logs go.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
+try:  # pyproject.toml is the one place the version is written
+    __version__ = metadata.version("llamacpp-integrations")
+except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ChatMessage",

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import __version__
 from .engine import (
     ChatMessage,
     ChatRequest,
-    Engine,
     EngineConfig,
     InferenceEngine,
     SamplingParams,
@@ -47,6 +47,8 @@ def _images(paths: Sequence[str], max_side: int | None) -> list[dict[str, Any]]:
 
 def _chat(args: argparse.Namespace) -> int:
     history: list[ChatMessage] = []
+    from .engine import Engine  # llama.cpp (the local extra): only for the commands that load
+
     config = EngineConfig(model=args.model, mmproj=args.mmproj, n_seq_max=1)
     with Engine(config) as engine:
         if args.image and not engine.info.supports_images:
@@ -97,6 +99,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose, findings_json, findings_table
+    from .engine import Engine
 
     template = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
     config = EngineConfig(model=args.model, mmproj=args.mmproj, n_seq_max=1, n_ctx_per_seq=args.ctx)
@@ -257,6 +260,7 @@ def _add_serve(commands: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llamacpp-integrations", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, handler, about in (
         ("demo", _demo, "a LangChain tool chain, LlamaIndex RAG and batching, on one model"),
