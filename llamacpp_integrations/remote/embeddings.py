@@ -40,10 +40,12 @@ TOKENIZE_CONCURRENCY = 8
 class RemoteEmbeddings:
     """The embedding half of ``RemoteEngine``, on its own server (``url``)."""
 
-    def __init__(self, transport: Transport, url: str, *, allow_untested_build: bool) -> None:
+    def __init__(
+        self, transport: Transport, url: str, *, allow_untested_build: bool = False
+    ) -> None:
+        del allow_untested_build  # deprecated: every build is used
         self._transport = transport
         self._url = url
-        self._allow_untested_build = allow_untested_build
         self._server: _EmbeddingServer | None = None
         self._sender: ThreadPoolExecutor | None = None
         self._sender_lock = threading.Lock()
@@ -60,9 +62,8 @@ class RemoteEmbeddings:
         """What the server takes: read from ``/props`` once."""
         if self._server is None:
             props = self._transport.get_json("/props")
-            check_build(
-                props.get("build_info"), self._url, allow_untested=self._allow_untested_build
-            )
+            self._transport.build = str(props.get("build_info") or "")  # for its errors
+            check_build(props.get("build_info"), self._url)
             n_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx") or 0)
             bos = self._transport.tokenize(
                 str(props.get("bos_token") or ""), add_special=False, parse_special=True

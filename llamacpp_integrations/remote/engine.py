@@ -104,9 +104,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._desc: ServerDescription | None = None
         self._prompts = RemotePrompts(self.base_url, self._gen)
-        self._embeddings = RemoteEmbeddings(
-            self._emb, self.embeddings_url, allow_untested_build=allow_untested_build
-        )
+        self._embeddings = RemoteEmbeddings(self._emb, self.embeddings_url)
         self._closed = False
 
     def __repr__(self) -> str:
