@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import InferenceEngine
+from ..optional import requires
 from .app import create_app
 from .roster import ModelRoster
 
@@ -29,7 +30,8 @@ def serve(
     """Serve ``engine``, or the models of ``roster``, until interrupted (see ``create_app``
     for ``app_options``); the engine, or the roster's models, are closed when the server
     stops."""
-    import uvicorn
+    with requires("server"):  # imported here: building the app (create_app) needs no uvicorn
+        import uvicorn
 
     app = create_app(engine, roster=roster, close_engine=True, **app_options)
     config = uvicorn.Config(
