@@ -159,12 +159,12 @@ $(LLAMA_SERVER_RELEASE): benchmarks/llama_tools/release.py | install
 
 llama-server-release: $(LLAMA_SERVER_RELEASE)
 
-# The remote engine through ChatLlamaCpp and LlamaIndex's LlamaCpp against both builds, the
-# vendored one and the release (tests/live/test_release_build.py): its own target, since the
-# release's first build does not fit in CI's time; `make test-live` runs the same tests but
-# skips the release's when it is not built.
+# The remote engine through ChatLlamaCpp and LlamaIndex's LlamaCpp against both builds, live:
+# the vendored one and the release (tests/integration/test_remote_builds.py; `make test` replays
+# their cassettes). Its own target, since the release's first build does not fit in CI's time;
+# `make test-live` runs the same tests but skips the release's when it is not built.
 test-live-release: models $(LLAMA_SERVER) $(LLAMA_SERVER_RELEASE)
-	$(BIN)/pytest tests/live/test_release_build.py
+	$(BIN)/pytest tests/integration/test_remote_builds.py -m remote --disable-recording
 
 bench-server: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/llama_server.py --server $(LLAMA_SERVER)
@@ -191,9 +191,10 @@ test-live-quick: models $(LLAMA_SERVER)
 	$(BIN)/pytest tests/live
 
 # Record the cassettes again (after a change to what the remote engine sends, or a new tested
-# server build); commit tests/cassettes/ with the change.
+# server build); commit tests/cassettes/ with the change. Both builds record
+# (tests/integration/test_remote_builds.py), so the release's is built first.
 # (tests/cassettes/unit holds llamacpp cassettes recorded on the local model: they stay.)
-record-cassettes: models $(LLAMA_SERVER)
+record-cassettes: models $(LLAMA_SERVER) $(LLAMA_SERVER_RELEASE)
 	rm -rf tests/cassettes/integration tests/cassettes/standard
 	$(BIN)/pytest tests/integration tests/standard -m remote --record-mode=rewrite \
 		--llamacpp-record-mode=all

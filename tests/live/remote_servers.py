@@ -17,9 +17,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.live.llama_servers import DEFAULT_BINARY, LlamaServerProcess
+from tests.live.llama_servers import DEFAULT_BINARY, RELEASE_BINARY, LlamaServerProcess
 
-__all__ = ["LLAMA_SERVER", "RECORDED_EMBEDDINGS_URL", "RECORDED_URL", "llama_server"]
+__all__ = [
+    "LLAMA_SERVER",
+    "LLAMA_SERVER_RELEASE",
+    "RECORDED_EMBEDDINGS_URL",
+    "RECORDED_URL",
+    "build_servers",
+    "llama_server",
+]
 
 LLAMA_SERVER = Path(os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER", str(DEFAULT_BINARY)))
 RECORDED_URL = "http://generation.llama-server.test"
@@ -44,3 +51,24 @@ def llama_server(
         yield server.start().url
     finally:
         server.close()
+
+
+# ---- the builds compared (tests/integration/test_remote_builds.py) ---------------------------
+
+LLAMA_SERVER_RELEASE = Path(
+    os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER_RELEASE", str(RELEASE_BINARY))
+)
+
+
+@contextmanager
+def build_servers(binary: Path, model: Path) -> Iterator[tuple[str, str]]:
+    """A generation and an embeddings (``--embeddings``) llama-server from ``binary``, each
+    with llama-server's own slots and context (one thread: the machine is shared); yields
+    their URLs once both are healthy, stops them after."""
+    generation = LlamaServerProcess(binary, model, threads=1, slots=None)
+    embeddings = LlamaServerProcess(binary, model, threads=1, slots=None, extra=("--embeddings",))
+    try:
+        yield generation.start().url, embeddings.start().url
+    finally:
+        generation.close()
+        embeddings.close()
