@@ -142,15 +142,9 @@ def run_demo(model: str, max_tokens: int = 48, out: TextIO = sys.stdout) -> int:
         out.write(line + "\n")
         out.flush()
 
-    try:
-        import langchain_core  # noqa: F401
-        import llama_index.core  # noqa: F401
-    except ImportError:
-        say(
-            "the demo shows both frameworks: pip install "
-            "'llamacpp-integrations[langchain,llama-index]'"
-        )
-        return 1
+    # The demo shows both frameworks on a local model: each missing extra is named
+    # (MissingDependencyError) before anything loads.
+    from .engine.engine import Engine  # noqa: F401  (the local extra)
     from .langchain import ChatLlamaCpp
     from .llama_index import LlamaCpp, LlamaCppEmbedding
 

@@ -132,7 +132,9 @@ def test_without_llama_cpp_the_remote_side_and_replays_work_and_local_models_say
         errors["LlamaCppEmbedding"] = error_of(
             lambda: LlamaCppEmbedding(model=model).get_text_embedding("Hi")
         )
-        for command in (["serve", model], ["doctor", model], ["chat", "--model", model]):
+        commands = [["serve", model], ["doctor", model]]
+        commands += [[name, "--model", model] for name in ("chat", "demo")]
+        for command in commands:
             stderr = io.StringIO()
             with contextlib.redirect_stderr(stderr):
                 code = cli.main(command)
