@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 from langchain_core.tools import tool
@@ -112,14 +113,26 @@ def index_llm(urls: tuple[str, str]) -> Iterator[LlamaCpp]:
 
 
 def test_the_server_is_read_as_it_was_started(build: str, chat: ChatLlamaCpp) -> None:
-    """The build, and what llama-server's defaults give: no projector, the model's own context
-    and window, its chat template (chats are rendered with it here)."""
+    """Every capability the engine detects, against what the server was started with (no
+    projector, no router, no --metrics) and what its endpoints do when asked."""
     engine = chat.binding.get()
-    info = engine.info
-    assert getattr(engine, "build_info", None) == BUILDS[build][2]
-    assert not info.supports_images and info.chat_template
-    assert info.n_embd == N_EMBD and info.n_vocab == 49152
-    assert 0 < info.n_ctx_per_seq <= info.n_ctx_train
+    caps = engine.capabilities  # type: ignore[attr-defined]
+    assert caps.build == engine.build_info == BUILDS[build][2]  # type: ignore[attr-defined]
+    assert (caps.router, caps.models, caps.vision, caps.audio) == (False, (), False, False)
+    assert caps.media_marker is None and not engine.info.supports_images
+    assert caps.chat_template and engine.info.chat_template
+    with httpx.Client(base_url=chat.base_url) as http:  # type: ignore[arg-type]
+        assert caps.metrics_endpoint == (http.get("/metrics").status_code == 200)
+        slots = http.get("/slots")
+    assert caps.slots_endpoint == (slots.status_code == 200)
+    if caps.slots_endpoint:
+        assert caps.n_slots == len(slots.json()) > 0
+        assert caps.n_ctx == engine.info.n_ctx_per_seq == slots.json()[0]["n_ctx"]
+    assert engine.stats().steps >= 0  # it asks only the endpoints detected
+    assert engine.info.n_embd == N_EMBD and engine.info.n_vocab == 49152
+    # Token probabilities: detected, so asked for, and returned.
+    answer = chat.invoke("Hi.", max_tokens=2, logprobs=True, top_logprobs=1)
+    assert caps.token_probs and answer.response_metadata["logprobs"]["content"]
 
 
 # ---- LangChain ---------------------------------------------------------------------------------
