@@ -196,7 +196,7 @@ class RemoteEngine:
 
     def models(self) -> list[RouterModel]:
         """A router's models and their status, as it lists them now (``/models``); a
-        single-model server's one model."""
+        single-model server's one model (its ``status`` empty)."""
         self._check_open()
         listing = router_models(self._gen.get_json("/models", routed=False))
         return list(listing)
@@ -215,12 +215,13 @@ class RemoteEngine:
         name = model or self.model
         if not name:
             raise InvalidRequestError(f"{path} needs a model name (this engine has none)")
-        if not self._server().capabilities.router:
+        own = self._gen.get_json("/props", routed=False)  # a router's, whatever this engine names
+        if not is_router(own):
             raise ServerFeatureError(
                 "it serves one model (started with -m); load and unload need a router",
                 feature="router mode",
                 url=self.base_url,
-                build=self._server().capabilities.build,
+                build=str(own.get("build_info") or ""),
             )
         self._gen.post_json(path, {"model": name})
 

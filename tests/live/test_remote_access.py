@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
 from llamacpp_integrations.errors import ServerAuthenticationError
@@ -121,5 +122,7 @@ def test_a_base_url_with_a_path_answers_through_the_proxy(proxied: str) -> None:
 
 
 def test_an_adapter_over_the_proxy(proxied: str) -> None:
-    with ChatLlamaCpp(base_url=proxied, api_key=KEY, temperature=0.0, max_tokens=6) as llm:
+    with ChatLlamaCpp(
+        base_url=proxied, api_key=SecretStr(KEY), temperature=0.0, max_tokens=6
+    ) as llm:
         assert llm.invoke("Name a colour.").content
