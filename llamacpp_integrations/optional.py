@@ -11,6 +11,7 @@ broken install should say what is broken, not that an extra is missing).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from types import ModuleType
 
 from .errors import MissingDependencyError
 
-__all__ = ["EXTRAS", "Extra", "require", "requires"]
+__all__ = ["EXTRAS", "Extra", "ensure_installed", "require", "requires"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,19 @@ def require(module: str, extra: str) -> ModuleType:
     """``module``, imported now; ``MissingDependencyError`` naming ``extra`` if it is missing."""
     with requires(extra):
         return importlib.import_module(module)
+
+
+def ensure_installed(extra: str) -> None:
+    """``MissingDependencyError`` now if one of ``extra``'s modules cannot be found, without
+    importing it: for work that would be wasted first (downloading a model that could never be
+    loaded). A finder that refuses to answer leaves the import to say so later."""
+    wanted = EXTRAS[extra]
+    for module, package in wanted.modules.items():
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if found is None:
+            raise MissingDependencyError(
+                module, package=package, extra=extra, needed_for=wanted.needed_for
+            )

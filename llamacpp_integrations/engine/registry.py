@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..optional import ensure_installed
 from .config import EngineConfig
 from .interface import InferenceEngine
 
@@ -58,7 +59,14 @@ def shared_engine(config: EngineConfig | None = None, /, **overrides: Any) -> In
     and callers asking for this one wait for the same load instead of starting another.
     """
     config = replace(config or EngineConfig(), **overrides)
-    return _shared(config.resolved())
+    return _shared(_resolved(config))
+
+
+def _resolved(config: EngineConfig) -> EngineConfig:
+    """``config`` resolved, once llama.cpp is known to be there: resolving may download an
+    hf:// model, wasted on an engine that cannot load (the local extra missing)."""
+    ensure_installed("local")
+    return config.resolved()
 
 
 def _shared(key: EngineConfig) -> InferenceEngine:
@@ -143,7 +151,7 @@ class EngineHold:
 def hold_engine(model: str | None, settings: Mapping[str, Any] | None = None) -> EngineHold:
     """A hold on the shared engine for ``model`` with these ``EngineConfig`` settings,
     loading it if needed (unknown setting names raise ``TypeError``)."""
-    key = EngineConfig(model=model, **dict(settings or {})).resolved()
+    key = _resolved(EngineConfig(model=model, **dict(settings or {})))
     while True:
         engine = _shared(key)
         with _LOCK:

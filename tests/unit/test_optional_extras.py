@@ -2,7 +2,8 @@
 need it works, and asking for what does raises ``MissingDependencyError`` naming the extra.
 
 The processes that hide a dependency are subprocesses: a finder refuses the module (as a missing
-one fails, with its name) before anything of the package is imported.
+one fails, with its name), or for llama_cpp ``sys.modules`` holds ``None`` (so that looking for
+it finds nothing either), before anything of the package is imported.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def test_without_llama_cpp_the_remote_side_and_replays_work_and_local_models_say
     model = write_header(tmp_path / "header.gguf", **LLAMA_8B)
     result = _run(
         f"""
-        MISSING.names.add("llama_cpp")
-        import contextlib, io, json, socket
+        sys.modules["llama_cpp"] = None  # not installed: neither imported nor found
+        import contextlib, io, json, os, socket
+        os.environ["HF_HUB_OFFLINE"] = "1"  # an hf:// model that got past the check fails fast
         import llamacpp_integrations, llamacpp_integrations.testing
         from llamacpp_integrations import cli
         from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
@@ -126,6 +128,8 @@ def test_without_llama_cpp_the_remote_side_and_replays_work_and_local_models_say
         model = {str(model)!r}
         errors = local_model_errors(model)
         errors["LlamaCpp"] = error_of(lambda: LlamaCpp(model=model).complete("Hi"))
+        # Said before the model is resolved: nothing is downloaded for an engine that cannot load.
+        errors["hf://"] = error_of(lambda: ChatLlamaCpp(model="hf://o/r/m.gguf").invoke("Hi"))
         errors["LlamaCppEmbeddings"] = error_of(
             lambda: LlamaCppEmbeddings(model=model).embed_query("Hi")
         )
