@@ -21,7 +21,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ..client import (
     UNSET,
@@ -30,23 +30,23 @@ from ..client import (
     CallSite,
     EngineSettings,
     MessagesOf,
-    ModelWindow,
     PreparedCall,
     SamplingSettings,
-    estimated_window,
     model_display_name,
     openai_logprobs,
     or_default,
 )
+from ..client.counting import TokenCounter, on_event_loop
 from ..client.settings import SAMPLING_SETTINGS
 from ..engine import ChatRequest, InferenceEngine, Timings, Usage
-from ..errors import LlamaCppIntegrationError
-from ..models import MMPROJ_AUTO, GGUFInfo, cached_model_info, resolve_mmproj_path
+from ..errors import ImageInputNotSupportedError, ModelLoadError
+from ..models import resolve_model_path
+from ..models.resolve import model_spec
 from ..multimodal import image_reader_for
-from ..prompts.chat_rendering import ChatTemplates
-from ..tools import ToolStreamChunk, detect_reasoning
+from ..tools import ToolStreamChunk
 from .messages import (
     PROVIDER,
+    ImageReader,
     invalid_tool_calls,
     openai_tool_calls,
     response_metadata,
@@ -55,20 +55,29 @@ from .messages import (
     tool_calls_to_langchain,
     usage_metadata,
 )
+from .profile import model_profile
 from .structured_output import structured_output
 
 __all__ = ["ChatLlamaCpp"]
 
 logger = logging.getLogger(__name__)
 
+_ADVICE = (
+    "count once before the loop starts (llm.get_num_tokens('')), or off it "
+    "(asyncio.to_thread), to read it beforehand"
+)
 
-def _shows_reasoning(template: str) -> bool:
-    """Whether a chat template has a reasoning format (a template that fails to render
-    shows none)."""
+
+def _unloaded_name() -> str:
+    """The name of ``$LLAMACPP_MODEL``'s model before it is loaded: its file's, found without
+    downloading; an ``hf://`` model not fetched yet is named by its spec."""
     try:
-        return detect_reasoning(ChatTemplates(template)) is not None
-    except LlamaCppIntegrationError:
-        return False
+        return model_display_name(resolve_model_path(None, download=False))
+    except ModelLoadError:
+        spec = model_spec(None)
+        if spec is not None and spec.strip().startswith("hf://"):
+            return spec.strip()
+        raise
 
 
 def _message_fields(name: str, answer: CallResult | ToolStreamChunk) -> dict[str, Any]:
@@ -158,6 +167,8 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     ``additional_kwargs["reasoning_content"]`` and a ``reasoning`` block of
     ``content_blocks``. Templates without a reasoning format ignore it."""
 
+    _counter: TokenCounter | None = PrivateAttr(default=None)  # made on the first count
+
     def _supplied_engine(self) -> InferenceEngine | None:
         return self.engine
 
@@ -174,10 +185,11 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
     @property
     def model_name(self) -> str:
         """The model as the user named it; without a name (``LLAMACPP_MODEL``), the GGUF's
-        file name (``client.model_display_name``)."""
+        file name (``client.model_display_name``), found without loading or downloading it."""
         if self.model:
             return self.model
-        return model_display_name(self._get_engine().info.path)
+        engine = self.binding.loaded()
+        return _unloaded_name() if engine is None else model_display_name(engine.info.path)
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -198,87 +210,29 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         return params
 
     def _resolve_model_profile(self) -> ModelProfile | None:
-        # Runs in the constructor, which never downloads: the GGUF header is read only when
-        # the file is on disk (local, or in the Hugging Face cache). LangChain swallows errors
-        # raised here, so they are logged; the same error is raised again on first use.
-        if self.engine is not None:
-            # Its info says all a profile needs, and its file may be on another machine (a
-            # remote server's, a replayed cassette's): the header is not read.
-            return self._profile_of(None)
-        if self.base_url is not None:
-            return self._profile_of(None)  # a server: nothing is asked of it before first use
-        try:
-            info = cached_model_info(self.model)
-        except LlamaCppIntegrationError as exc:
-            logger.warning("ChatLlamaCpp(model=%r) has no profile: %s", self.model, exc)
-            return None
-        if info is None:
-            logger.info(
-                "%s is not fetched yet: its profile leaves out what its header says", self.model
-            )
-            return self._profile_of(None)
-        return self._profile_of(info)
-
-    def _images(self, info: GGUFInfo | None) -> bool | None:
-        """Whether requests may carry images (``None``: not known before the first use)."""
-        if self.engine is not None:
-            return self.engine.info.supports_images
-        if self.base_url is not None:
-            return None  # the server's /props tells, on first use
-        if self.mmproj is None or self.mmproj.strip().lower() != MMPROJ_AUTO:
-            return bool(self.mmproj)
-        if info is None:
-            return None
-        try:
-            resolve_mmproj_path(self.mmproj, model=self.model, model_path=info.path, download=False)
-        except LlamaCppIntegrationError:
-            return None  # no projector on disk yet, or none at all: the first use tells
-        return True
-
-    def _profile_of(self, info: GGUFInfo | None) -> ModelProfile:
-        """The profile: everything when the header is known, else what the settings tell."""
-        profile = ModelProfile(
-            text_inputs=True,
-            pdf_inputs=False,
-            audio_inputs=False,
-            video_inputs=False,
-            text_outputs=True,
-            tool_calling=True,
-            tool_choice=True,
-            tool_call_streaming=True,
-            structured_output=True,
-            temperature=True,
-        )
-        images = self._images(info)
-        if images is not None:
-            profile["image_inputs"] = images
-            profile["image_url_inputs"] = images and self.image_policy.allow_remote
-        if self.chat_template is not None:
-            profile["reasoning_output"] = _shows_reasoning(self.chat_template)
-        # What one request gets from the engine these settings make, not the training context.
-        # (Not through self.binding: made here, in the constructor, it would fix the engine
-        # settings before the first call.)
-        if self.engine is not None:
-            window = ModelWindow.of(self.engine.info)
-            template = self.chat_template or self.engine.info.chat_template
-        elif info is not None:
-            window = estimated_window(self._engine_settings(), info)
-            template = self.chat_template or info.chat_template
-        else:
-            return profile
-        profile["name"] = window.name
-        profile["max_input_tokens"] = profile["max_output_tokens"] = window.n_ctx_per_seq
-        profile["reasoning_output"] = template is not None and _shows_reasoning(template)
-        return profile
+        return model_profile(self)  # runs in the constructor: reads only what is on disk
 
     # ---- tokens ---------------------------------------------------------------------------
+    # LangChain counts synchronously, in async code too (trim_messages in an agent's step):
+    # before the engine is loaded the model's vocabulary counts, never its weights.
+
+    def _tokens(self) -> TokenCounter:
+        if self._counter is None:
+            self._counter = TokenCounter(self.binding, log=logger, advice=_ADVICE)
+        return self._counter
 
     def get_token_ids(self, text: str) -> list[int]:
-        """Token ids of ``text`` with the model's own tokenizer."""
-        return self._get_engine().tokenize(text)
+        """Token ids of ``text`` (as content: no BOS) with the model's own tokenizer.
+
+        Before the engine is loaded, the model's vocabulary alone tokenizes, read once from
+        the GGUF (milliseconds, no weights; on another thread when first asked on an event
+        loop, which waits for it and logs a warning). A server (``base_url``) tokenizes with
+        its ``/tokenize``.
+        """
+        return self._tokens().tokenize(text)
 
     def get_num_tokens(self, text: str) -> int:
-        """How many tokens ``text`` is, with the model's own tokenizer."""
+        """How many tokens ``text`` is, with the model's own tokenizer (``get_token_ids``)."""
         return len(self.get_token_ids(text))
 
     def get_num_tokens_from_messages(
@@ -286,14 +240,37 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
         messages: list[BaseMessage],
         tools: Sequence[Any] | None = None,
     ) -> int:
-        """Tokens of the prompt these messages (and tools) render to with the chat template."""
-        engine = self._get_engine()
-        request = ChatRequest(
-            messages=to_engine_messages(messages, image_reader_for(engine.info, self.image_policy)),
+        """Tokens of the prompt these messages (and tools) render to with the chat template,
+        as the engine counts a request's prompt. Before the engine is loaded, the model's
+        vocabulary and template count (see ``get_token_ids``); only images need the engine
+        (its projector says what an image costs), which is then loaded."""
+        specs = [convert_to_openai_tool(tool) for tool in tools] if tools else None
+        engine = self.binding.loaded()
+        if engine is None:
+            try:
+                return self._tokens().count_chat(self._count_request(messages, specs, None))
+            except ImageInputNotSupportedError:
+                if on_event_loop():
+                    logger.warning(
+                        "the event loop loads %s to count an image's tokens; count images off "
+                        "the loop (asyncio.to_thread)",
+                        self.model,
+                    )
+                engine = self._get_engine()
+        reader = image_reader_for(engine.info, self.image_policy)
+        return engine.count_prompt_tokens(self._count_request(messages, specs, reader))
+
+    def _count_request(
+        self,
+        messages: list[BaseMessage],
+        tools: list[dict[str, Any]] | None,
+        read_image: ImageReader | None,
+    ) -> ChatRequest:
+        return ChatRequest(
+            messages=to_engine_messages(messages, read_image),
             chat_template=self.chat_template,
-            tools=[convert_to_openai_tool(tool) for tool in tools] if tools else None,
+            tools=tools,
         )
-        return engine.count_prompt_tokens(request)
 
     # ---- calls ----------------------------------------------------------------------------
 

@@ -13,21 +13,19 @@ download there. A loaded engine tokenizes on the calling thread (its vocabulary 
 safe from any thread); before that the tokenizer is the model's vocabulary alone
 (``engine.vocabulary``), made ready when the tokenizer is obtained: at once outside an event
 loop, on a thread of its own on one. What has to be fetched first (an ``hf://`` file not in the
-cache) is fetched the same way, never by the loop's thread.
+cache) is fetched the same way, never by the loop's thread (``client.counting``, which
+LangChain's counts share). LlamaIndex's calls cannot answer without these: a loop that asks
+before the thread is done (a tokenizer obtained on the loop and called at once, ``metadata``
+while the file downloads) waits, and a warning says how to have both ready before it starts.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future
 from functools import partial
-from typing import Generic, TypeVar
 
 from ..client import EngineBinding, ModelWindow
-from ..engine.vocabulary import Tokenizer, open_vocabulary
+from ..client.counting import OffTheLoop, TokenCounter
 from ..models import GGUFInfo, cached_model_info, load_model_info
 
 __all__ = ["FRAMING_RESERVE", "ModelTokenizer", "WindowReader", "context_window"]
@@ -44,66 +42,10 @@ came out 8 tokens longer than it counted and overflowed by 3; templates with dat
 system header add about 20 more.
 """
 
-_T = TypeVar("_T")
-
-
-def _on_event_loop() -> bool:
-    """Whether this thread is running an asyncio event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-class _OffTheLoop(Generic[_T]):
-    """Something slow to make (a vocabulary to read, a file to fetch), made once and never on
-    an event loop's thread: where no loop runs, ``start`` makes it at once; on a loop's thread,
-    on a thread of its own. A failure is raised to whoever waits for it, and the next ``start``
-    tries again (a download that failed once may work later)."""
-
-    def __init__(self, make: Callable[[], _T], what: str) -> None:
-        self._make = make
-        self._what = what
-        self._lock = threading.Lock()
-        self._future: Future[_T] | None = None
-
-    def start(self) -> Future[_T]:
-        """The making, started if it was not (or failed)."""
-        with self._lock:
-            future = self._future
-            if future is not None and not (future.done() and future.exception() is not None):
-                return future
-            future = self._future = Future()
-        if _on_event_loop():
-            name = f"llamacpp-{self._what}"
-            threading.Thread(target=self._run, args=(future,), name=name, daemon=True).start()
-        else:
-            self._run(future)
-        return future
-
-    def _run(self, future: Future[_T]) -> None:
-        try:
-            future.set_result(self._make())
-        except Exception as exc:  # handed to the waiters, never lost with the thread
-            future.set_exception(exc)
-        except BaseException as exc:  # Ctrl-C in a download: the waiters fail, and it goes on
-            future.set_exception(exc)
-            raise
-
-    def result(self) -> _T:
-        """The thing, waiting for it if it is still being made."""
-        future = self.start()
-        if not future.done() and _on_event_loop():
-            # A synchronous caller needs the answer now: nothing to do but wait. Only a
-            # tokenizer (or metadata) first asked for on the loop, or an hf:// file still
-            # downloading, gets here.
-            log.warning(
-                "the event loop waits for %s; obtain llm.tokenizer and read llm.metadata once "
-                "before the loop starts to make it ready beforehand",
-                self._what,
-            )
-        return future.result()
+_ADVICE = (
+    "obtain llm.tokenizer and read llm.metadata once before the loop starts to make it ready "
+    "beforehand"
+)
 
 
 class ModelTokenizer:
@@ -122,17 +64,12 @@ class ModelTokenizer:
 
     def __init__(self, binding: EngineBinding) -> None:
         self._binding = binding
-        self._vocabulary = _OffTheLoop(
-            partial(open_vocabulary, binding.model), f"the vocabulary of {binding.model}"
-        )
-        if binding.loaded() is None:
-            self._vocabulary.start()
+        self._counter = TokenCounter(binding, log=log, advice=_ADVICE)
+        self._counter.start()
 
     def __call__(self, text: str) -> list[int]:
         """Token ids of ``text`` with the model's own tokenizer."""
-        engine = self._binding.loaded()
-        tokenizer: Tokenizer = self._vocabulary.result() if engine is None else engine
-        return tokenizer.tokenize(text)
+        return self._counter.tokenize(text)
 
     def __repr__(self) -> str:
         return f"ModelTokenizer(model={self._binding.model!r})"
@@ -156,8 +93,11 @@ class WindowReader:
     def __init__(self, binding: EngineBinding) -> None:
         self._binding = binding
         self._from_header: ModelWindow | None = None
-        self._fetched = _OffTheLoop(
-            partial(load_model_info, binding.model), f"the download of {binding.model}"
+        self._fetched = OffTheLoop(
+            partial(load_model_info, binding.model),
+            f"the download of {binding.model}",
+            log=log,
+            advice=_ADVICE,
         )
 
     def __call__(self) -> ModelWindow:

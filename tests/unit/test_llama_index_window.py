@@ -24,6 +24,7 @@ from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.utils import get_tokenizer
 
+from llamacpp_integrations.client import counting as counting_module
 from llamacpp_integrations.engine import registry as registry_module
 from llamacpp_integrations.errors import ModelLoadError
 from llamacpp_integrations.llama_index import LlamaCpp, ModelTokenizer
@@ -105,7 +106,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> Loads:
         loads.record("weights")
         return loads.engine
 
-    monkeypatch.setattr(window_module, "open_vocabulary", open_vocabulary)
+    monkeypatch.setattr(counting_module, "open_vocabulary", open_vocabulary)
     monkeypatch.setattr(registry_module, "open_local_engine", open_local_engine)
     return loads
 

@@ -24,7 +24,14 @@ from ..config import EngineConfig, LoraAdapter, WeightsKey
 from .llama_log import ROUTER
 from .tuning import tune_context
 
-__all__ = ["DecodeStatus", "GenerationContext", "LoadedModel", "NativeContext"]
+__all__ = [
+    "DecodeStatus",
+    "GenerationContext",
+    "LoadedModel",
+    "NativeContext",
+    "init_backend",
+    "tokenize",
+]
 
 _SPLIT_MODES = {
     "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
@@ -42,7 +49,8 @@ _BACKEND_LOCK = threading.Lock()
 _BACKEND_READY: list[bool] = []
 
 
-def _init_backend() -> None:
+def init_backend() -> None:
+    """Route llama.cpp's log and initialize its backend, once per process (before any load)."""
     ROUTER.install()
     with _BACKEND_LOCK:
         if not _BACKEND_READY:
@@ -83,7 +91,7 @@ class LoadedModel:
     def __init__(self, path: Path, key: WeightsKey | None = None) -> None:
         """Load ``path`` with the model settings of ``key`` (``None``: the defaults), whose
         ``n_gpu_layers`` is already decided (``None`` is taken as none offloaded)."""
-        _init_backend()
+        init_backend()
         key = key or WeightsKey(str(path), 0, True, None)
         n_gpu_layers = key.n_gpu_layers or 0
         params = llama_cpp.llama_model_default_params()
