@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_integrations.errors import InvalidRequestError, ModelLoadError
+from llamacpp_integrations.errors import InvalidRequestError, MissingDependencyError, ModelLoadError
 from llamacpp_integrations.models import (
     KNOWN_MODELS,
     GGUFInfo,
@@ -367,7 +367,7 @@ def test_resolve_directory(model_env: Path) -> None:
 
 def test_resolve_hf_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # makes the import fail
-    with pytest.raises(ModelLoadError, match=r"llamacpp-integrations\[hub\]"):
+    with pytest.raises(MissingDependencyError, match=r"llamacpp-integrations\[hub\]"):
         resolve_model_path("hf://owner/repo/model.gguf")
 
 
