@@ -31,6 +31,7 @@ from .scripted import (
 from .scripted_capabilities import (
     ScriptedChunkingEngine,
     ScriptedRerankingEngine,
+    ScriptedServer,
     ScriptedTokenPieceEngine,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "ScriptedChunkingEngine",
     "ScriptedEngine",
     "ScriptedRerankingEngine",
+    "ScriptedServer",
     "ScriptedTokenPieceEngine",
     "generation_fingerprint",
     "tool_calls_text",

@@ -2,17 +2,26 @@
 
 ``isinstance(engine, RerankingEngine)`` (and the other capability protocols) looks for
 methods, so a plain ``ScriptedEngine`` has none of them, as a model without a reranker has no
-``rerank``; a test that needs one picks the subclass that has it.
+``rerank``; a test that needs one picks the subclass that has it. ``ScriptedServer`` stands for
+one llama-server, with the health a fleet member reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .scripted import ScriptedEngine
+from ..engine.interface import PromptRequest
+from ..engine.types import ChatRequest, GenerationRequest
+from ..errors import ServerUnavailableError
+from .scripted import SCRIPTED_INFO, Answer, ScriptedEngine
 
-__all__ = ["ScriptedChunkingEngine", "ScriptedRerankingEngine", "ScriptedTokenPieceEngine"]
+__all__ = [
+    "ScriptedChunkingEngine",
+    "ScriptedRerankingEngine",
+    "ScriptedServer",
+    "ScriptedTokenPieceEngine",
+]
 
 
 def _shared_words(query: str, document: str) -> float:
@@ -114,3 +123,88 @@ class ScriptedChunkingEngine(ScriptedEngine):
         return self.embed(
             texts, normalize=normalize, truncate=truncate, timeout=timeout, chunk=chunk
         )
+
+
+@dataclass(eq=False)
+class ScriptedServer(ScriptedEngine):
+    """A ``ScriptedEngine`` standing for one llama-server: a fleet member
+    (``remote.fleet.MemberEngine``: it answers ``health`` and ``ahealth``) that a test takes
+    down, brings back or cuts off part-way.
+
+    Example::
+
+        servers = {url: ScriptedServer(url=url) for url in ("http://a:1", "http://b:2")}
+        fleet = FleetEngine.from_engines(servers, probe_interval=3600)
+        servers["http://a:1"].down = True  # refused: the fleet retries on b and ejects a
+
+    Attributes:
+        url: The server's base URL; its ``info.path`` too, as a remote engine reports (unless
+            ``info`` is given).
+        down: The server does not answer: probes say so, and every call (tokenizing and
+            rendering too; ``info`` excepted, known from an earlier answer) is refused with a
+            retryable ``ServerUnavailableError`` before its first chunk.
+        die_after: Cut every answer off before this chunk with a non-retryable
+            ``ServerUnavailableError`` ("connection reset"); ``None``: answers run to the end.
+        on_probe: Called by every ``health`` probe before it answers (a test can hold a probe
+            there, or count them).
+        probes: How many ``health`` probes it answered.
+        async_probes: How many ``ahealth`` probes it answered.
+    """
+
+    url: str = "http://127.0.0.1:8080"
+    down: bool = False
+    die_after: int | None = None
+    on_probe: Callable[[], object] | None = None
+    probes: int = 0
+    async_probes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.info is SCRIPTED_INFO:
+            self.info = replace(SCRIPTED_INFO, path=self.url)
+        super().__post_init__()
+
+    def health(self) -> bool:
+        """Whether the server is up (``not down``), after ``on_probe``."""
+        with self._lock:
+            self.probes += 1
+        if self.on_probe is not None:
+            self.on_probe()  # outside the lock: a held probe must not hold the server
+        return not self.down
+
+    async def ahealth(self) -> bool:
+        """``health`` for async callers (``on_probe`` is not called)."""
+        with self._lock:
+            self.async_probes += 1
+        return not self.down
+
+    def _check_open(self, request_id: str | None = None) -> None:
+        super()._check_open(request_id)
+        if self.down:
+            raise ServerUnavailableError(
+                "connection refused", url=self.url, retryable=True, request_id=request_id
+            )
+
+    def _next_answer(self, request: GenerationRequest) -> Answer:
+        answer = super()._next_answer(request)
+        if self.die_after is None:
+            return answer
+        reset = ServerUnavailableError("connection reset", url=self.url, retryable=False)
+        return replace(answer, fail_at=self.die_after, error=reset)
+
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        self._check_open()
+        return super().tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        self._check_open()
+        return super().detokenize(tokens, special=special)
+
+    def render_chat(self, request: ChatRequest) -> str:
+        self._check_open(request.request_id)
+        return super().render_chat(request)
+
+    def count_prompt_tokens(self, request: PromptRequest) -> int:
+        self._check_open(request.request_id)
+        return super().count_prompt_tokens(request)
