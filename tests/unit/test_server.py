@@ -6,12 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from llamacpp_integrations.engine import ModelInfo, Timings
+from llamacpp_integrations.engine import Timings
 from llamacpp_integrations.errors import (
     ContextOverflowError,
     EngineOverloadedError,
@@ -28,19 +29,9 @@ from llamacpp_integrations.server.openai.options import chat_options
 from llamacpp_integrations.server.openai.schemas import ChatCompletionBody
 from llamacpp_integrations.testing import Answer, ScriptedEngine
 
-INFO = ModelInfo(
-    path="/models/tiny.gguf",
-    name="tiny",
-    architecture="llama",
-    description="",
-    n_ctx_train=512,
-    n_ctx_per_seq=256,
-    n_embd=3,
-    n_vocab=100,
-    n_params=1,
-    size_bytes=1,
-    chat_template=None,
-)
+from .tiny_model import INFO as TINY
+
+INFO = replace(TINY, chat_template=None)  # the tiny model, without a chat template
 TIMINGS = Timings(0.0, 0.01, 0.05, 0.01, 0.04)
 
 
@@ -144,7 +135,7 @@ def test_completions_whole_and_streamed() -> None:
     with _client(engine) as client:
         whole = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4}).json()
         assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "Hello there"
-        assert whole["usage"]["total_tokens"] == 6 and whole["model"] == "tiny"
+        assert whole["usage"]["total_tokens"] == 6 and whole["model"] == "tiny-Q8_0"
         body = {"prompt": "Hi", "stream": True, "stream_options": {"include_usage": True}}
         lines = client.post("/v1/completions", json=body).text.split("\n\n")
         events = [line.removeprefix("data: ") for line in lines if line]
