@@ -12,10 +12,8 @@ these is recorded with whether its thread was running one (no timings are assert
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +22,11 @@ import pytest
 from llama_index.core import Document, MockEmbedding, Settings, VectorStoreIndex
 
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, InferenceEngine
-from llamacpp_integrations.engine import registry as registry_module
-from llamacpp_integrations.engine.native import vocabulary as native_vocabulary
 from llamacpp_integrations.engine.vocabulary import open_vocabulary
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.models import hub as hub_module
 from tests.builders.fake_hub import FakeHub, FakeRepo, point_huggingface_hub_at, serve_fake_hub
+from tests.builders.loads import Loads, recorded_native_loads
 
 pytest.importorskip("huggingface_hub")
 
@@ -73,38 +70,6 @@ def test_the_vocabulary_tokenizes_from_threads_while_the_engine_decodes(
 # -- aquery over a model from the Hub ------------------------------------------------------------
 
 
-@dataclass
-class Loads:
-    """The slow steps taken, in order, each with whether its thread ran an event loop."""
-
-    done: list[tuple[str, bool]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def wrap(self, what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def recorded(*args: Any, **kwargs: Any) -> Any:
-            # A look in the Hugging Face cache (local_files_only) fetches nothing.
-            if not kwargs.get("local_files_only"):
-                self.record(what)
-            return fn(*args, **kwargs)
-
-        return recorded
-
-    def record(self, what: str) -> None:
-        try:
-            asyncio.get_running_loop()
-            on_loop = True
-        except RuntimeError:
-            on_loop = False
-        with self.lock:
-            self.done.append((what, on_loop))
-
-    def steps(self) -> set[str]:
-        return {what for what, _ in self.done}
-
-    def on_the_loop(self) -> list[str]:
-        return [what for what, on_loop in self.done if on_loop]
-
-
 SPEC = "hf://acme/smol-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -113,19 +78,14 @@ def loads(smollm_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     """SmolLM2 on a fake Hub (nothing in the Hugging Face cache yet); downloads, vocabulary
     reads and weight loads recorded; LlamaIndex's global tokenizer restored afterwards."""
     loads = Loads()
-    monkeypatch.setattr(
-        hub_module, "resolve_hub_model", loads.wrap("download", hub_module.resolve_hub_model)
+    # A look in the Hugging Face cache (local_files_only) fetches nothing.
+    download = loads.wrap(
+        "download",
+        hub_module.resolve_hub_model,
+        counts=lambda kwargs: not kwargs.get("local_files_only"),
     )
-    monkeypatch.setattr(
-        native_vocabulary,
-        "VocabularyModel",
-        loads.wrap("vocabulary", native_vocabulary.VocabularyModel),
-    )
-    monkeypatch.setattr(
-        registry_module,
-        "open_local_engine",
-        loads.wrap("weights", registry_module.open_local_engine),
-    )
+    monkeypatch.setattr(hub_module, "resolve_hub_model", download)
+    recorded_native_loads(loads, monkeypatch)
     files = {smollm_path.name: smollm_path.read_bytes()}
     saved = llama_index.core.global_tokenizer
     with serve_fake_hub(FakeHub({"acme/smol-GGUF": FakeRepo(files)})) as hub:
@@ -165,7 +125,7 @@ async def test_aquery_of_a_model_not_fetched_yet_leaves_the_loop_free(loads: Loa
         assert str(response).strip()
         assert llm.binding.loaded() is not None
         assert loads.on_the_loop() == []
-        assert loads.steps() == {"download", "vocabulary", "weights"}
+        assert set(loads.steps()) == {"download", "vocabulary", "weights"}
         # Once the engine is loaded, counting reads nothing more
         done = len(loads.done)
         assert llm.tokenizer("Account 42") == llm.engine.tokenize("Account 42")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +20,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import trim_messages
 from pydantic import BaseModel
 
-from llamacpp_integrations.client import counting as counting_module
-from llamacpp_integrations.engine import registry as registry_module
 from llamacpp_integrations.errors import InvalidRequestError, ModelLoadError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.testing import ScriptedEngine
 from llamacpp_integrations.testing.scripted import CHATML
+from tests.builders.loads import Loads, OpensGate, scripted_loads
 from tests.unit.test_models import valid_gguf  # a tiny GGUF with no chat template
 
 PROMPT = (
@@ -48,66 +46,25 @@ def gguf(tmp_path: Path) -> Path:
     return path
 
 
-def _on_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 @dataclass
-class Loads:
-    """Vocabulary reads and weight loads, each with whether its thread ran an event loop.
-    ``gate`` holds vocabulary reads while clear."""
+class CountLoads(Loads):
+    """The vocabulary reads and weight loads; the vocabulary and the engine they give."""
 
-    done: list[tuple[str, bool]] = field(default_factory=list)
     vocabulary: ScriptedEngine = field(default_factory=ScriptedEngine)
     engine: ScriptedEngine = field(default_factory=ScriptedEngine)
-    gate: threading.Event = field(default_factory=threading.Event)
-
-    def record(self, what: str) -> None:
-        self.done.append((what, _on_loop()))
-
-    def on_the_loop(self) -> list[str]:
-        return [what for what, on_loop in self.done if on_loop]
 
 
 @pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> Loads:
-    loads = Loads()
-    loads.gate.set()
-
-    def open_vocabulary(spec: str | None) -> ScriptedEngine:
-        loads.record("vocabulary")
-        assert loads.gate.wait(timeout=60)
-        return loads.vocabulary
-
-    def open_local_engine(config: object) -> ScriptedEngine:
-        loads.record("weights")
-        return loads.engine
-
-    monkeypatch.setattr(counting_module, "open_vocabulary", open_vocabulary)
-    monkeypatch.setattr(registry_module, "open_local_engine", open_local_engine)
+def loads(monkeypatch: pytest.MonkeyPatch) -> CountLoads:
+    loads = CountLoads()
+    scripted_loads(
+        loads, monkeypatch, vocabulary=lambda spec: loads.vocabulary, engine=loads.engine
+    )
     return loads
 
 
-class OpensGate(logging.Handler):
-    """Lets the held vocabulary read finish once a warning is logged, so the read is still
-    unfinished when the loop asks, whatever the threads' timing."""
-
-    def __init__(self, gate: threading.Event) -> None:
-        super().__init__(logging.WARNING)
-        self.gate = gate
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-        self.gate.set()
-
-
 @pytest.fixture
-def warnings(loads: Loads) -> Iterator[OpensGate]:
+def warnings(loads: CountLoads) -> Iterator[OpensGate]:
     handler = OpensGate(loads.gate)
     logger = logging.getLogger("llamacpp_integrations.langchain")
     logger.addHandler(handler)
@@ -127,7 +84,7 @@ MESSAGES = [SystemMessage("Be brief."), HumanMessage("Héllo 42")]
 # -- before the engine is loaded -----------------------------------------------------------------
 
 
-def test_counts_before_loading_come_from_the_vocabulary(gguf: Path, loads: Loads) -> None:
+def test_counts_before_loading_come_from_the_vocabulary(gguf: Path, loads: CountLoads) -> None:
     llm = _chat(gguf)
     assert llm.get_token_ids("héllo 1") == [ord(c) for c in "héllo 1"]
     assert llm.get_num_tokens("héllo 1") == 7
@@ -137,7 +94,7 @@ def test_counts_before_loading_come_from_the_vocabulary(gguf: Path, loads: Loads
     assert llm.binding.loaded() is None  # no weights for counting tokens
 
 
-def test_tools_are_counted_as_the_template_renders_them(gguf: Path, loads: Loads) -> None:
+def test_tools_are_counted_as_the_template_renders_them(gguf: Path, loads: CountLoads) -> None:
     template = CHATML + "{%- for tool in tools or [] %}{{ tool.function.name }}{% endfor %}"
     llm = ChatLlamaCpp(model=str(gguf), chat_template=template)
     plain = llm.get_num_tokens_from_messages(MESSAGES)
@@ -145,7 +102,7 @@ def test_tools_are_counted_as_the_template_renders_them(gguf: Path, loads: Loads
     assert llm.binding.loaded() is None
 
 
-def test_trim_messages_counts_with_the_vocabulary(gguf: Path, loads: Loads) -> None:
+def test_trim_messages_counts_with_the_vocabulary(gguf: Path, loads: CountLoads) -> None:
     history = [SystemMessage("Be brief."), HumanMessage("a" * 200), AIMessage("b" * 200)]
     history.append(HumanMessage("Héllo 42"))
     kept = trim_messages(
@@ -156,7 +113,7 @@ def test_trim_messages_counts_with_the_vocabulary(gguf: Path, loads: Loads) -> N
 
 
 async def test_counts_on_the_loop_read_the_vocabulary_on_another_thread(
-    gguf: Path, loads: Loads, warnings: OpensGate
+    gguf: Path, loads: CountLoads, warnings: OpensGate
 ) -> None:
     llm = _chat(gguf)
     await asyncio.to_thread(llm.get_num_tokens, "")  # readied off the loop, as advised
@@ -168,7 +125,7 @@ async def test_counts_on_the_loop_read_the_vocabulary_on_another_thread(
 
 
 async def test_a_first_count_on_the_loop_waits_for_the_read_and_says_so(
-    gguf: Path, loads: Loads, warnings: OpensGate
+    gguf: Path, loads: CountLoads, warnings: OpensGate
 ) -> None:
     loads.gate.clear()  # the read finishes once the warning is logged
     llm = _chat(gguf)
@@ -190,7 +147,7 @@ def test_a_missing_model_raises_its_load_error_when_counted() -> None:
 # -- once loaded, or given -----------------------------------------------------------------------
 
 
-async def test_once_loaded_the_engine_counts(gguf: Path, loads: Loads) -> None:
+async def test_once_loaded_the_engine_counts(gguf: Path, loads: CountLoads) -> None:
     llm = _chat(gguf)
     before = llm.get_num_tokens_from_messages(MESSAGES)
     await llm.ainvoke("Hi")  # loads the weights, on a thread
@@ -200,7 +157,7 @@ async def test_once_loaded_the_engine_counts(gguf: Path, loads: Loads) -> None:
     assert sorted(loads.done) == [("vocabulary", False), ("weights", False)]
 
 
-def test_a_given_engine_counts_and_no_vocabulary_is_read(loads: Loads) -> None:
+def test_a_given_engine_counts_and_no_vocabulary_is_read(loads: CountLoads) -> None:
     engine = ScriptedEngine()
     llm = ChatLlamaCpp(engine=engine)
     assert llm.get_num_tokens("abc") == 3
@@ -212,7 +169,7 @@ def test_a_given_engine_counts_and_no_vocabulary_is_read(loads: Loads) -> None:
 
 
 async def test_images_are_counted_by_the_engine(
-    gguf: Path, loads: Loads, warnings: OpensGate
+    gguf: Path, loads: CountLoads, warnings: OpensGate
 ) -> None:
     """Only the projector says what an image costs: counting one loads the engine."""
     llm = _chat(gguf)
@@ -230,7 +187,7 @@ async def test_images_are_counted_by_the_engine(
 
 
 def test_model_name_from_the_environment_needs_no_load(
-    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+    gguf: Path, loads: CountLoads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LLAMACPP_MODEL", str(gguf))
     llm = ChatLlamaCpp()
@@ -239,7 +196,7 @@ def test_model_name_from_the_environment_needs_no_load(
 
 
 def test_model_name_of_a_model_not_fetched_is_its_spec(
-    loads: Loads, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    loads: CountLoads, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
@@ -249,7 +206,7 @@ def test_model_name_of_a_model_not_fetched_is_its_spec(
 
 
 def test_model_name_of_a_loaded_engine_is_its_file(
-    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+    gguf: Path, loads: CountLoads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LLAMACPP_MODEL", str(gguf))
     llm = ChatLlamaCpp()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,14 +23,13 @@ from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.utils import get_tokenizer
 
-from llamacpp_integrations.client import counting as counting_module
-from llamacpp_integrations.engine import registry as registry_module
 from llamacpp_integrations.errors import ModelLoadError
 from llamacpp_integrations.llama_index import LlamaCpp, ModelTokenizer
 from llamacpp_integrations.llama_index import window as window_module
 from llamacpp_integrations.llama_index.window import FRAMING_RESERVE
 from llamacpp_integrations.models import GGUFInfo, cached_model_info, read_gguf_info
 from llamacpp_integrations.testing import SCRIPTED_INFO, ScriptedEngine
+from tests.builders.loads import Loads, OpensGate, scripted_loads
 from tests.unit.test_models import valid_gguf  # a tiny GGUF: "Tiny Test", trained on 4096
 
 
@@ -46,14 +44,6 @@ def char_engine(n_ctx_per_seq: int = 300) -> ScriptedEngine:
     """Enough of an engine for sizing: one token per character, and its info."""
     info = replace(SCRIPTED_INFO, path="/models/char.gguf", n_ctx_train=8192, n_vocab=256)
     return ScriptedEngine(info=replace(info, n_ctx_per_seq=n_ctx_per_seq, chat_template=None))
-
-
-def _on_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 @dataclass
@@ -71,43 +61,27 @@ class CharVocabulary:
 
 
 @dataclass
-class Loads:
-    """The slow things done (a vocabulary read, weights loaded, a file fetched), each with
-    whether its thread was running an event loop. ``gate`` holds vocabulary reads while clear."""
+class WindowLoads(Loads):
+    """The vocabulary reads and weight loads (``gate`` holds reads while clear), what they
+    give, and how many reads are still to fail."""
 
-    done: list[tuple[str, bool]] = field(default_factory=list)
     vocabulary: CharVocabulary = field(default_factory=CharVocabulary)
     engine: ScriptedEngine = field(default_factory=ScriptedEngine)
-    gate: threading.Event = field(default_factory=threading.Event)
-    failures: int = 0  # vocabulary reads still to fail
-
-    def record(self, what: str) -> None:
-        self.done.append((what, _on_loop()))
-
-    def on_the_loop(self) -> list[str]:
-        return [what for what, on_loop in self.done if on_loop]
+    failures: int = 0
 
 
 @pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> Loads:
+def loads(monkeypatch: pytest.MonkeyPatch) -> WindowLoads:
     """Vocabulary reads and weight loads replaced by recorders (no native code)."""
-    loads = Loads()
-    loads.gate.set()
+    loads = WindowLoads()
 
-    def open_vocabulary(spec: str | None) -> CharVocabulary:
-        loads.record("vocabulary")
-        assert loads.gate.wait(timeout=60)
+    def vocabulary(spec: str | None) -> CharVocabulary:
         if loads.failures:
             loads.failures -= 1
             raise ModelLoadError(str(spec), "could not read its vocabulary")
         return loads.vocabulary
 
-    def open_local_engine(config: object) -> ScriptedEngine:
-        loads.record("weights")
-        return loads.engine
-
-    monkeypatch.setattr(counting_module, "open_vocabulary", open_vocabulary)
-    monkeypatch.setattr(registry_module, "open_local_engine", open_local_engine)
+    scripted_loads(loads, monkeypatch, vocabulary=vocabulary, engine=loads.engine)
     return loads
 
 
@@ -229,7 +203,9 @@ def test_prompt_helper_packs_into_the_window_in_model_tokens(global_tokenizer: N
 # -- never on the event loop ---------------------------------------------------------------------
 
 
-def test_tokenizer_before_loading_is_the_vocabulary_read_at_once(gguf: Path, loads: Loads) -> None:
+def test_tokenizer_before_loading_is_the_vocabulary_read_at_once(
+    gguf: Path, loads: WindowLoads
+) -> None:
     llm = LlamaCpp(model=str(gguf))
     tokenizer = llm.tokenizer
     assert loads.done == [("vocabulary", False)]  # made ready when obtained, no loop here
@@ -240,7 +216,7 @@ def test_tokenizer_before_loading_is_the_vocabulary_read_at_once(gguf: Path, loa
 
 
 async def test_tokenizer_made_on_the_loop_reads_the_vocabulary_on_another_thread(
-    gguf: Path, loads: Loads
+    gguf: Path, loads: WindowLoads
 ) -> None:
     loads.gate.clear()  # the read cannot finish: obtaining the tokenizer must not wait for it
     llm = LlamaCpp(model=str(gguf))
@@ -252,22 +228,8 @@ async def test_tokenizer_made_on_the_loop_reads_the_vocabulary_on_another_thread
     assert llm.binding.loaded() is None
 
 
-class OpensGate(logging.Handler):
-    """Lets the held vocabulary read finish once the warning is logged: the read is still
-    unfinished when the loop asks, whatever the threads' timing."""
-
-    def __init__(self, gate: threading.Event) -> None:
-        super().__init__(logging.WARNING)
-        self.gate = gate
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-        self.gate.set()
-
-
 async def test_tokenizer_asked_on_the_loop_before_it_is_ready_waits_and_says_so(
-    gguf: Path, loads: Loads
+    gguf: Path, loads: WindowLoads
 ) -> None:
     loads.gate.clear()
     tokenizer = LlamaCpp(model=str(gguf)).tokenizer
@@ -282,7 +244,7 @@ async def test_tokenizer_asked_on_the_loop_before_it_is_ready_waits_and_says_so(
     assert handler.messages and "the event loop waits for the vocabulary of" in handler.messages[0]
 
 
-def test_a_failed_vocabulary_read_is_tried_again(gguf: Path, loads: Loads) -> None:
+def test_a_failed_vocabulary_read_is_tried_again(gguf: Path, loads: WindowLoads) -> None:
     loads.failures = 2
     tokenizer = LlamaCpp(model=str(gguf)).tokenizer  # the first read fails, unseen
     with pytest.raises(ModelLoadError, match="could not read its vocabulary"):
@@ -297,7 +259,7 @@ def test_tokenizer_of_a_missing_model_raises_its_load_error_when_called() -> Non
         tokenizer("a")
 
 
-async def test_a_loaded_engine_tokenizes_on_the_calling_thread(loads: Loads) -> None:
+async def test_a_loaded_engine_tokenizes_on_the_calling_thread(loads: WindowLoads) -> None:
     engine = char_engine()
     tokenizer = LlamaCpp(engine=engine).tokenizer  # type: ignore[arg-type]
     assert tokenizer("ab") == [97, 98]
@@ -306,7 +268,7 @@ async def test_a_loaded_engine_tokenizes_on_the_calling_thread(loads: Loads) -> 
 
 
 async def test_aquery_loads_weights_and_vocabulary_off_the_loop(
-    gguf: Path, loads: Loads, global_tokenizer: None
+    gguf: Path, loads: WindowLoads, global_tokenizer: None
 ) -> None:
     """A whole ``aquery``: retrieval, prompt packing (the tokenizer and ``metadata`` on the
     loop) and the answer (the first call loads the weights)."""
@@ -326,7 +288,7 @@ async def test_aquery_loads_weights_and_vocabulary_off_the_loop(
 
 
 def test_metadata_of_a_model_not_fetched_fetches_it_without_loading(
-    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+    gguf: Path, loads: WindowLoads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _not_on_disk(gguf, loads, monkeypatch)
     llm = LlamaCpp(model="hf://acme/tiny-GGUF/tiny.gguf", n_ctx_per_seq=512)
@@ -336,7 +298,7 @@ def test_metadata_of_a_model_not_fetched_fetches_it_without_loading(
 
 
 async def test_metadata_on_the_loop_fetches_the_model_on_another_thread(
-    gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+    gguf: Path, loads: WindowLoads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _not_on_disk(gguf, loads, monkeypatch)
     loads.gate.clear()  # the fetch finishes once the warning is logged
@@ -357,7 +319,7 @@ async def test_metadata_on_the_loop_fetches_the_model_on_another_thread(
     assert llm.binding.loaded() is None
 
 
-def _not_on_disk(gguf: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch) -> None:
+def _not_on_disk(gguf: Path, loads: WindowLoads, monkeypatch: pytest.MonkeyPatch) -> None:
     """The model's file is not in the cache: reading its header fetches it (recorded)."""
 
     def load_model_info(spec: str | None, *, download: bool = True) -> GGUFInfo:
