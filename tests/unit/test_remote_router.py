@@ -22,7 +22,7 @@ from llamacpp_integrations.errors import (
     ServerFeatureError,
     ServerUnavailableError,
 )
-from llamacpp_integrations.remote import RemoteEngine, RouterModel
+from llamacpp_integrations.remote import FleetEngine, RemoteEngine, RouterModel
 from llamacpp_integrations.remote.transport import Transport
 
 RECORDED = Path(__file__).parent / "remote_props"
@@ -240,3 +240,12 @@ def test_an_unknown_build_is_used_with_one_line(
         engine.generate(chat())
     lines = [r.getMessage() for r in caplog.records if "b0-unknown" in r.getMessage()]
     assert len(lines) == 1 and "chat template" in lines[0]
+
+
+def test_a_fleet_of_routers_names_the_model_to_every_member(mocked: list[Server]) -> None:
+    server = Server(router=True)
+    mocked.append(server)
+    with FleetEngine(["http://a.test", "http://b.test"], model=ROUTED[1]) as fleet:
+        assert fleet.generate(chat()).text == "ok"
+    posts = [json.loads(r.content) for r in server.seen if r.method == "POST"]
+    assert posts and all(body["model"] == ROUTED[1] for body in posts)
