@@ -10,7 +10,6 @@ server reports about itself, and the first contact with such a build logs one li
 from __future__ import annotations
 
 import logging
-import threading
 
 __all__ = ["TESTED_BUILDS", "check_build"]
 
@@ -27,26 +26,20 @@ TESTED_BUILDS: frozenset[str] = frozenset(
     }
 )
 
-_logged: set[tuple[str, str]] = set()
-_logged_lock = threading.Lock()
-
 
 def check_build(
     build_info: object, url: str, *, allow_untested: bool = False, detected: str = ""
 ) -> None:
-    """Log once per (server, build) that a build not in ``TESTED_BUILDS`` is in use, with what
-    was ``detected`` of it.
+    """Log that a build not in ``TESTED_BUILDS`` is in use, with what was ``detected`` of it.
 
-    Nothing is refused: ``allow_untested`` is accepted for compatibility and changes nothing.
+    Each engine calls this once, when it first reads the server's ``/props``, so the line is
+    written once per engine without any state kept here. Nothing is refused: ``allow_untested``
+    is accepted for compatibility and changes nothing.
     """
     del allow_untested
     build = str(build_info or "")
     if build in TESTED_BUILDS:
         return
-    with _logged_lock:
-        if (url, build) in _logged:
-            return
-        _logged.add((url, build))
     log.info(
         "%s runs llama-server build %r, not one this package was tested against; the engine "
         "uses what the server reports about itself%s",
