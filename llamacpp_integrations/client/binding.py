@@ -5,7 +5,9 @@ model and settings name (loading the weights if no engine has them), under a loc
 first calls load once; async callers load on a thread, so the event loop keeps running. A
 registry engine that was closed meanwhile is replaced on the next call; an engine the user
 passed in is used as it is. A per-call ``model=`` override gets an engine of its own, kept for
-the binding's lifetime, so repeated overrides load nothing again.
+the binding's lifetime, so repeated overrides load nothing again: from the registry, or, for an
+adapter over a llama-server (``routed``), an engine that names that model to the same server (a
+router serves each model by name).
 
 Registry engines are held (``EngineHold``) and given back by ``close``, or when the binding is
 collected; the last adapter to let go unloads the engine, at once or after ``keep_alive``
@@ -23,7 +25,7 @@ import asyncio
 import os
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -80,12 +82,15 @@ class EngineBinding:
         settings: Mapping[str, Any],
         engine: InferenceEngine | None = None,
         keep_alive: float | None = None,
+        routed: Callable[[str], InferenceEngine] | None = None,
     ) -> None:
         self.model = model
         self.keep_alive = keep_alive
         self._settings = dict(settings)
         self._given = engine
         self._holds: dict[str | None, EngineHold] = {}
+        self._route = routed
+        self._routed: dict[str, InferenceEngine] = {}
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _release_all, self._holds, keep_alive)
         self._tool_support: dict[tuple[str | None, str | None], TemplateToolSupport] = {}
@@ -103,6 +108,9 @@ class EngineBinding:
         key = None if model is None or model == self.model else model
         if key is None and self._given is not None:
             return key, self._given
+        if key is not None and self._route is not None:
+            routed = self._routed.get(key)
+            return key, None if routed is None or routed.closed else routed
         hold = self._holds.get(key)
         return key, None if hold is None or hold.engine.closed else hold.engine
 
@@ -112,6 +120,11 @@ class EngineBinding:
         if ready is not None:
             return ready
         with self._lock:
+            if key is not None and self._route is not None:
+                routed = self._routed.get(key)
+                if routed is None or routed.closed:
+                    routed = self._routed[key] = self._route(key)
+                return routed
             hold = self._holds.get(key)
             if hold is None or hold.engine.closed:
                 if hold is not None:
@@ -130,6 +143,9 @@ class EngineBinding:
         unloads them). A later call loads again."""
         with self._lock:
             _release_all(self._holds, self.keep_alive)
+            for routed in self._routed.values():
+                routed.close()
+            self._routed.clear()
 
     def window(self, header: GGUFInfo) -> ModelWindow:
         """What one request of this binding's engine gets, loading nothing: the engine's own

@@ -160,15 +160,18 @@ class EngineBound(BaseModel):
         if self.base_url is None:
             return None
         if self._remote is None:
-            from ..remote import connect  # httpx only when a server is named
-
-            self._remote = connect(
-                self.base_url,
-                embeddings_url=self.embeddings_url,
-                api_key=self.api_key,
-                model=getattr(self, "model", None),
-            )
+            self._remote = self._connect(getattr(self, "model", None))
         return self._remote
+
+    def _connect(self, model: str | None) -> InferenceEngine:
+        """An engine over ``base_url`` that names ``model`` to the server (a router routes by
+        it; a one-model server serves its own model whatever is named)."""
+        from ..remote import connect  # httpx only when a server is named
+
+        assert self.base_url is not None
+        return connect(
+            self.base_url, embeddings_url=self.embeddings_url, api_key=self.api_key, model=model
+        )
 
     def _engine_settings(self) -> dict[str, Any]:
         """The ``EngineConfig`` settings this adapter asks for."""
@@ -183,6 +186,7 @@ class EngineBound(BaseModel):
                 settings=self._engine_settings(),
                 engine=self._supplied_engine() or self._remote_engine(),
                 keep_alive=self.keep_alive,
+                routed=None if self.base_url is None else self._connect,
             )
         return self._binding
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import Any
 
@@ -93,6 +94,13 @@ class RemoteEngine:
         key = SecretStr(api_key) if isinstance(api_key, str) else api_key
         self.base_url = base_url.rstrip("/")
         self.embeddings_url = (embeddings_url or base_url).rstrip("/")
+        if allow_untested_build:
+            warnings.warn(
+                "allow_untested_build is no longer needed: every llama-server build is used, "
+                "each feature decided from what the server reports",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.allow_untested_build = allow_untested_build  # deprecated: ignored
         self.model = model
         self._gen = Transport(self.base_url, api_key=key, timeout=timeout, model=model)

@@ -249,3 +249,26 @@ def test_a_fleet_of_routers_names_the_model_to_every_member(mocked: list[Server]
         assert fleet.generate(chat()).text == "ok"
     posts = [json.loads(r.content) for r in server.seen if r.method == "POST"]
     assert posts and all(body["model"] == ROUTED[1] for body in posts)
+
+
+def test_a_per_call_model_is_routed_to_the_same_server(mocked: list[Server]) -> None:
+    """``model=`` on one call of an adapter over a router names that model to the same server
+    (never a local model of that name); the adapter's own calls keep its model."""
+    from llamacpp_integrations.langchain import ChatLlamaCpp
+
+    server = Server(router=True)
+    mocked.append(server)
+    llm = ChatLlamaCpp(base_url="http://router.test", model=ROUTED[0], max_tokens=4)
+    try:
+        assert llm.invoke("hi").content == "ok"
+        assert llm.invoke("hi", model=ROUTED[1]).content == "ok"
+        assert llm.invoke("hi", model=ROUTED[1]).content == "ok"
+    finally:
+        llm.close()
+    posts = [json.loads(r.content)["model"] for r in server.seen if r.url.path == "/completion"]
+    assert posts == [ROUTED[0], ROUTED[1], ROUTED[1]]
+
+
+def test_allow_untested_build_is_deprecated() -> None:
+    with pytest.warns(DeprecationWarning, match="no longer needed"):
+        RemoteEngine("http://any.test", allow_untested_build=True).close()

@@ -91,7 +91,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RemoteEngine, Serv
     aclient = httpx.AsyncClient(base_url=URL, transport=mock)
     monkeypatch.setattr(Transport, "client", lambda self: client)
     monkeypatch.setattr(Transport, "aclient", lambda self: aclient)
-    with RemoteEngine(URL, allow_untested_build=True) as engine:
+    with RemoteEngine(URL) as engine:
         yield engine, server
 
 
