@@ -8,6 +8,12 @@ projector, the context and memory the defaults choose, and decode speed. Each fi
 ``ok``, ``warn`` (works, with a caveat), ``fail`` or ``info``; the same probes decide what the
 LangChain profile and the LlamaIndex metadata say (tool calling, structured output,
 reasoning, images).
+
+The machine section (``examine_machine``) says what llama.cpp runs on: its backends and
+devices with their free memory, the physical cores, how many layers this engine offloaded, where
+its KV cache lives and how big it is, flash attention, and the settings recommended for the
+machine (``engine.advice``). The placement is the one the engine put in its ``ModelInfo``,
+which the adapters read too.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from .engine import (
     ReasoningFormat,
     SamplingParams,
 )
+from .engine.machine import MachineReport
+from .engine.native.devices import read_machine
 from .engine.sizing import estimated_context
 from .errors import LlamaCppIntegrationError
 from .models import read_gguf_info
@@ -36,7 +44,7 @@ from .prompts.chat_rendering import ChatTemplates
 from .prompts.template_caps import NO_POLYFILLS, TemplateCaps
 from .tools import TemplateToolSupport, ToolSpec, detect_reasoning, detect_tool_support
 
-__all__ = ["Finding", "diagnose", "findings_json", "findings_table"]
+__all__ = ["Finding", "diagnose", "examine_machine", "findings_json", "findings_table"]
 
 Status = Literal["ok", "warn", "fail", "info"]
 
@@ -254,12 +262,29 @@ def diagnose(
     return findings
 
 
-def findings_table(findings: list[Finding]) -> str:
-    """The findings as an aligned text table."""
+def examine_machine(engine: Engine) -> MachineReport:
+    """The machine section: llama.cpp's backends and devices now, and where ``engine`` put its
+    model, with the settings recommended for this machine."""
+    return read_machine(engine.config, engine.info)
+
+
+def findings_table(findings: list[Finding], machine: MachineReport | None = None) -> str:
+    """The findings as an aligned text table, then the machine section when given."""
     width = max(len(f.check) for f in findings)
-    return "\n".join(f"{f.check:<{width}}  {f.status:<4}  {f.detail}" for f in findings)
+    lines = [f"{f.check:<{width}}  {f.status:<4}  {f.detail}" for f in findings]
+    if machine is not None:
+        rows = machine.rows()
+        label = max(len(name) for name, _ in rows)
+        lines += ["", "machine"]
+        lines += [f"  {name:<{label}}  {text}" for name, text in rows]
+    return "\n".join(lines)
 
 
-def findings_json(findings: list[Finding]) -> str:
-    """The findings as a JSON list of objects (``check``, ``status``, ``detail``)."""
-    return json.dumps([asdict(f) for f in findings], indent=2)
+def findings_json(findings: list[Finding], machine: MachineReport | None = None) -> str:
+    """The findings as a JSON list of objects (``check``, ``status``, ``detail``); with the
+    machine section, an object holding that list as ``findings`` and the section as
+    ``machine``."""
+    listed = [asdict(f) for f in findings]
+    if machine is None:
+        return json.dumps(listed, indent=2)
+    return json.dumps({"findings": listed, "machine": asdict(machine)}, indent=2)

@@ -24,6 +24,7 @@ from .channel import EventChannel, RequestHandle
 from .config import EngineConfig
 from .embedding.job import EmbedJob
 from .interface import PromptRequest
+from .native.devices import loaded_placement
 from .native.embedder import POOLING_TYPES, RANK_POOLING
 from .preprocess import Preprocessor, PromptLimits
 from .results import Completion, EngineStats, ModelInfo, StreamChunk
@@ -140,6 +141,7 @@ class Engine:
             image_max_side=None if tile is None else max(4 * tile, 1024),
             n_gpu_layers=model.n_gpu_layers,
             context_reason=self.context_choice.reason,
+            placement=loaded_placement(config, gguf, self._host.offload, self.context_choice),
         )
         self._model = model
         self._media_marker = None if vision is None else vision.marker

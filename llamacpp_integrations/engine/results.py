@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .machine import Placement
+
 __all__ = [
     "Completion",
     "EngineStats",
@@ -141,7 +143,9 @@ class ModelInfo:
     ``n_ctx_per_seq`` is the context one request runs in (prompt plus answer), and
     ``context_reason`` why it is that (set explicitly, the training context, reduced to fit the
     KV memory budget); ``n_gpu_layers`` the layers offloaded (``-1``: all); ``image_max_side``
-    is the side images are downscaled to before they reach the projector.
+    is the side images are downscaled to before they reach the projector; ``placement`` where
+    the weights and the KV cache went (``None`` where the engine does not say, e.g. a remote
+    one).
     """
 
     path: str
@@ -159,6 +163,7 @@ class ModelInfo:
     image_max_side: int | None = None
     n_gpu_layers: int = 0
     context_reason: str = ""
+    placement: Placement | None = None
 
     @property
     def supports_images(self) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from .. import errors
+from ..engine.machine import Placement
 from ..engine.results import (
     Completion,
     FinishReason,
@@ -54,7 +55,10 @@ def model_info_from_json(data: Mapping[str, Any]) -> ModelInfo:
     """``ModelInfo`` from a header; fields a later version added and this one lacks are
     dropped, fields this version added and the cassette lacks take their defaults."""
     known = {f.name for f in dataclasses.fields(ModelInfo)}
-    return ModelInfo(**{key: value for key, value in data.items() if key in known})
+    values = {key: value for key, value in data.items() if key in known}
+    if isinstance(values.get("placement"), Mapping):
+        values["placement"] = Placement(**values["placement"])
+    return ModelInfo(**values)
 
 
 # ---- usage, timings, log-probabilities --------------------------------------------------------

@@ -1,27 +1,60 @@
-"""What llama.cpp's backends offer: whether layers can go to a GPU, and its free memory.
+"""What llama.cpp's backends offer: whether layers can go to a GPU, its free memory, and the
+backends and devices themselves (``engine.machine.DeviceInfo``), and the machine's cores.
 
-The device query goes through ggml's backend registry (``ggml_backend_dev_*``), which
-llama-cpp-python does not bind; its own libraries are opened for it with ctypes.
+The device query goes through ggml's backend registry (``ggml_backend_dev_*``,
+``ggml_backend_reg_*``), which llama-cpp-python does not bind; its own libraries are opened for
+it with ctypes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from functools import cache
 from pathlib import Path
 
 import llama_cpp
 
-__all__ = ["gpu_free_memory", "gpu_offload_supported"]
+from ...models import GGUFInfo
+from ..advice import machine_report
+from ..config import EngineConfig
+from ..machine import DeviceInfo, DeviceKind, MachineReport, Placement, placement_of
+from ..results import ModelInfo
+from ..sizing import ContextChoice, OffloadChoice, host_available_memory
+
+__all__ = [
+    "backend_devices",
+    "backend_names",
+    "gpu_free_memory",
+    "gpu_offload_supported",
+    "loaded_placement",
+    "physical_cores",
+    "read_machine",
+]
 
 # enum ggml_backend_dev_type: CPU, GPU, IGPU (integrated, host memory), ACCEL
 _GPU_TYPES = (1, 2)
+_KINDS: dict[int, DeviceKind] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 
 def gpu_offload_supported() -> bool:
     """True when this build of llama.cpp has a backend that takes layers (CUDA, Metal...)."""
     return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def loaded_placement(
+    config: EngineConfig, header: GGUFInfo, offload: OffloadChoice, kv: ContextChoice
+) -> Placement:
+    """Where an engine with ``config`` put the model ``header`` describes, whose weights took
+    ``offload`` on this build, with the KV cache ``kv``."""
+    return placement_of(
+        config,
+        n_layer=header.block_count,
+        offload=offload,
+        gpu_offload=gpu_offload_supported(),
+        kv=kv,
+    )
 
 
 @cache
@@ -44,7 +77,27 @@ def _ggml_libraries() -> tuple[ctypes.CDLL, ctypes.CDLL] | None:
         ctypes.POINTER(ctypes.c_size_t),
     ]
     base.ggml_backend_dev_memory.restype = None
+    registry.ggml_backend_reg_count.restype = ctypes.c_size_t
+    registry.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    registry.ggml_backend_reg_get.restype = ctypes.c_void_p
+    for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(base, name).argtypes = [ctypes.c_void_p]
+        getattr(base, name).restype = ctypes.c_char_p
+    base.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+    base.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_reg_name.restype = ctypes.c_char_p
     return registry, base
+
+
+def _text(value: bytes | None) -> str:
+    return "" if value is None else value.decode("utf-8", errors="replace")
+
+
+def _memory(base: ctypes.CDLL, device: int) -> tuple[int, int]:
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    base.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+    return free.value, total.value
 
 
 def gpu_free_memory() -> int | None:
@@ -61,8 +114,88 @@ def gpu_free_memory() -> int | None:
         device = registry.ggml_backend_dev_get(index)
         if not device or base.ggml_backend_dev_type(device) not in _GPU_TYPES:
             continue
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        base.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
-        free_total += free.value
+        free_total += _memory(base, device)[0]
         found = True
     return free_total if found else None
+
+
+def backend_names() -> tuple[str, ...]:
+    """The backends compiled into this llama.cpp (``CPU``, ``CUDA``, ``Metal``, ``Vulkan``,
+    ``ROCm``, ``BLAS``...), as its registry names them."""
+    libraries = _ggml_libraries()
+    if libraries is None:
+        return ()
+    registry, base = libraries
+    return tuple(
+        _text(base.ggml_backend_reg_name(registry.ggml_backend_reg_get(index)))
+        for index in range(registry.ggml_backend_reg_count())
+    )
+
+
+def backend_devices() -> tuple[DeviceInfo, ...]:
+    """Every device llama.cpp registered, with its memory free and in all now (on the CPU,
+    the host's: free is what the kernel can hand out without swapping)."""
+    libraries = _ggml_libraries()
+    if libraries is None:
+        return ()
+    registry, base = libraries
+    found: list[DeviceInfo] = []
+    for index in range(registry.ggml_backend_dev_count()):
+        device = registry.ggml_backend_dev_get(index)
+        if not device:
+            continue
+        free, total = _memory(base, device)
+        kind = _KINDS.get(base.ggml_backend_dev_type(device), "accel")
+        if kind == "cpu":
+            # ggml's CPU device gives the physical memory as free; the kernel knows better.
+            free = host_available_memory() or free
+        reg = base.ggml_backend_dev_backend_reg(device)
+        found.append(
+            DeviceInfo(
+                name=_text(base.ggml_backend_dev_name(device)),
+                description=_text(base.ggml_backend_dev_description(device)).strip(),
+                kind=kind,
+                backend=_text(base.ggml_backend_reg_name(reg)) if reg else "",
+                free_bytes=free or None,
+                total_bytes=total or None,
+            )
+        )
+    return tuple(found)
+
+
+def physical_cores() -> int | None:
+    """Physical cores this process may run on (hyperthreads of one core count once), from
+    ``/proc/cpuinfo``; the logical CPUs where it does not say; ``None`` when nothing does."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores: set[tuple[str, str]] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            blocks = cpuinfo.read().split("\n\n")
+    except OSError:
+        blocks = []
+    for block in blocks:
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in block.splitlines())
+        )
+        if "processor" not in fields or "core id" not in fields:
+            continue
+        if allowed is not None and int(fields["processor"]) not in allowed:
+            continue
+        cores.add((fields.get("physical id", "0"), fields["core id"]))
+    if cores:
+        return len(cores)
+    return len(allowed) if allowed else os.cpu_count()
+
+
+def read_machine(config: EngineConfig, info: ModelInfo) -> MachineReport:
+    """This machine as llama.cpp sees it now, and where the engine with ``config`` and
+    ``info`` put its model, with the settings recommended for the machine."""
+    return machine_report(
+        backends=backend_names(),
+        devices=backend_devices(),
+        physical_cores=physical_cores(),
+        placement=info.placement,
+        config=config,
+        weights_bytes=info.size_bytes,
+    )
