@@ -1,5 +1,5 @@
-"""The ``llamacpp-integrations`` command: ``demo``, ``chat``, ``info``, ``doctor``, ``fetch`` and
-``serve``."""
+"""The ``llamacpp-integrations`` command: ``demo``, ``chat``, ``info``, ``doctor``, ``fetch``,
+``list`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -121,6 +121,14 @@ def _add_doctor(commands: Any) -> None:
     add("--max-tokens", type=int, default=128, help="most tokens of each test answer")
     add("--json", action="store_true", help="print the findings as JSON")
     doctor.set_defaults(handler=_doctor)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .models.catalog import catalog_json, catalog_table, find_models
+
+    entries = find_models()
+    print(catalog_json(entries) if args.json else catalog_table(entries))
+    return 0
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -290,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("names", nargs="+", choices=sorted(KNOWN_MODELS))
     fetch.add_argument("--quiet", action="store_true")
     fetch.set_defaults(handler=_fetch)
+    listing = commands.add_parser(
+        "list",
+        help="the GGUF models already on disk (models folder, Hugging Face and llama.cpp "
+        "caches, Ollama, LM Studio) and the spec that loads each",
+    )
+    listing.add_argument("--json", action="store_true", help="print the models as JSON")
+    listing.set_defaults(handler=_list)
     _add_serve(commands)
     _add_doctor(commands)
     return parser

@@ -34,6 +34,7 @@ from ..engine import EngineConfig, InferenceEngine, ModelInfo, ReasoningFormat
 from ..engine.registry import EngineHold, hold_engine
 from ..engine.sizing import estimated_context
 from ..models import GGUFInfo
+from ..models.stores import store_display_name
 from ..tools import TemplateToolSupport, detect_reasoning, detect_tool_support
 
 __all__ = ["EngineBinding", "ModelWindow", "estimated_window", "model_display_name"]
@@ -48,7 +49,8 @@ def model_display_name(path: str | os.PathLike[str]) -> str:
     no good as an id in a URL. The file name is what the user chose and sees, and what a remote
     llama-server reports its model by.
     """
-    return PurePath(path).name.removesuffix(".gguf")
+    # An Ollama blob is named by its hash: its model's name:tag stands for the file name.
+    return store_display_name(path) or PurePath(path).name.removesuffix(".gguf")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from pydantic import BaseModel
 
 from ..engine import SamplingParams
 from ..errors import InvalidRequestError, UnknownOptionError
+from ..models.resolve import model_spec
+from ..models.stores import store_defaults
 from .settings import SAMPLING_SETTINGS
 
 __all__ = [
@@ -114,9 +116,15 @@ _FALLBACKS: dict[str, Any] = {f.name: f.default for f in fields(SamplingParams)}
 
 
 def defaults_of(adapter: object) -> dict[str, Any]:
-    """An adapter's fields that calls may override, by name."""
+    """An adapter's fields that calls may override, by name. Those the user left unset take
+    what the model's store keeps with it (an ``ollama://`` model's stop words, temperature...)."""
     names = (*CALL_OPTIONS, "parallel_tool_calls", "allow_repeated_calls")
-    return {name: getattr(adapter, name) for name in names if hasattr(adapter, name)}
+    values = {name: getattr(adapter, name) for name in names if hasattr(adapter, name)}
+    if getattr(adapter, "base_url", None) is None:
+        chosen: set[str] = getattr(adapter, "model_fields_set", set())
+        stored = store_defaults(model_spec(getattr(adapter, "model", None))).sampling
+        values |= {k: v for k, v in stored.items() if k in values and k not in chosen}
+    return values
 
 
 @dataclass(frozen=True)

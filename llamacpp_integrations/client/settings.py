@@ -28,6 +28,8 @@ from ..engine.config import (
     Speculative,
     SplitMode,
 )
+from ..models.resolve import model_spec
+from ..models.stores import store_defaults
 from ..multimodal import DEFAULT_IMAGE_POLICY, ImagePolicy
 from .binding import EngineBinding
 
@@ -90,13 +92,19 @@ def _sampling_fields() -> dict[str, Any]:
 def engine_settings_of(
     adapter: BaseModel, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The engine settings a user set on ``adapter`` (plus ``extra``, e.g. ``engine_kwargs``)."""
+    """The engine settings a user set on ``adapter`` (plus ``extra``, e.g. ``engine_kwargs``),
+    over those the model's store implies (an ``ollama://`` model's projector and ``num_ctx``)."""
     chosen = {
         name: getattr(adapter, name)
         for name in ENGINE_SETTINGS
         if name in adapter.model_fields_set and getattr(adapter, name) is not None
     }
-    return chosen | dict(extra or {})
+    stored: dict[str, Any] = {}
+    if getattr(adapter, "base_url", None) is None:
+        implied = store_defaults(model_spec(getattr(adapter, "model", None))).engine
+        # A setting the user named, even as None (mmproj=None: no projector), is theirs.
+        stored = {k: v for k, v in implied.items() if k not in adapter.model_fields_set}
+    return stored | chosen | dict(extra or {})
 
 
 class EngineBound(BaseModel):

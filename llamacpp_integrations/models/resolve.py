@@ -1,4 +1,5 @@
-"""Turn a model spec (a path, a short name, or an ``hf://`` URL) into a local GGUF file."""
+"""Turn a model spec (a path, a short name, an ``hf://`` URL, or a model another program keeps:
+``ollama://``, ``lmstudio://``) into a local GGUF file."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from .gguf_files import choose_mmproj
 from .hub import (
     HF_PREFIX,
     ProgressCallback,
+    parse_hub_spec,
     resolve_hub_mmproj,
     resolve_hub_model,
     resolve_hub_spec,
 )
+from .stores import is_store_spec, resolve_store_projector, resolve_store_spec
+from .stores.llama_cache import find_hub_file, llama_cache_dir
 
 __all__ = [
     "KNOWN_MODELS",
@@ -118,9 +122,13 @@ def resolve_model_path(
     """Return the local GGUF file named by ``spec``.
 
     ``spec`` is a local path, a short name from ``KNOWN_MODELS`` (looked up in
-    :func:`models_dir`), or an ``hf://`` spec (``hf://owner/repo[@revision]/file.gguf``,
-    ``hf://owner/repo[@revision]:QUANT`` or ``hf://owner/repo``; see ``models.hub``); ``None``
-    means ``$LLAMACPP_MODEL``. A split model is returned as its first part. With
+    :func:`models_dir`), an ``hf://`` spec (``hf://owner/repo[@revision]/file.gguf``,
+    ``hf://owner/repo[@revision]:QUANT`` or ``hf://owner/repo``; see ``models.hub``), found in
+    llama.cpp's ``LLAMA_CACHE`` first when ``llama-server -hf`` fetched it, or a model of
+    Ollama's store (``ollama://NAME[:TAG]``) or LM Studio's folder
+    (``lmstudio://publisher/repo[/file.gguf | :TAG]``), used where it lies (see
+    ``models.stores``); ``None`` means ``$LLAMACPP_MODEL``. A split model is returned as its
+    first part. With
     ``download=False`` (or ``HF_HUB_OFFLINE=1``) an ``hf://`` model must already be in the
     Hugging Face cache. ``progress(filename, bytes_done, bytes_total)`` is called as a download
     goes, in place of huggingface_hub's bar. The file is not validated here; see
@@ -142,7 +150,8 @@ def _resolve(spec: str | None, *, download: bool, progress: ProgressCallback | N
     if spec is None:
         raise InvalidRequestError(
             "no model given: pass a path to a .gguf file, a known short name "
-            f"({_known_names()}), or hf://owner/repo/file.gguf; or set ${MODEL_ENV} "
+            f"({_known_names()}), hf://owner/repo/file.gguf, ollama://NAME[:TAG] or "
+            f"lmstudio://publisher/repo; or set ${MODEL_ENV} "
             "to one of these"
         )
     spec = spec.strip()
@@ -150,7 +159,13 @@ def _resolve(spec: str | None, *, download: bool, progress: ProgressCallback | N
         raise InvalidRequestError("empty model spec")
 
     if spec.startswith(HF_PREFIX):
+        # llama.cpp's own downloads first: the same file is not fetched twice.
+        cached = find_hub_file(parse_hub_spec(spec))
+        if cached is not None:
+            return cached
         return resolve_hub_spec(spec, download=download, progress=progress)
+    if is_store_spec(spec):
+        return resolve_store_spec(spec)
 
     path = Path(spec).expanduser()
     if path.is_file():
@@ -171,7 +186,8 @@ def _resolve(spec: str | None, *, download: bool, progress: ProgressCallback | N
         raise ModelLoadError(spec, "file not found")
     raise ModelLoadError(
         spec,
-        f"not a file, a known model name ({_known_names()}), or an hf://owner/repo spec",
+        f"not a file, a known model name ({_known_names()}), or an hf://, ollama:// or "
+        "lmstudio:// spec",
     )
 
 
@@ -186,21 +202,31 @@ def resolve_mmproj_path(
     """Return the local projector GGUF for ``mmproj``, given the model it goes with.
 
     ``mmproj`` is a spec as for :func:`resolve_model_path`, or ``"auto"``: for an ``hf://``
-    ``model``, the ``mmproj*.gguf`` of its repository (fetched into the cache beside it); for a
-    local model, the ``mmproj*.gguf`` in ``model_path``'s directory. With several projectors
-    the one with the model's precision tag is taken, else the F16 one; otherwise, or with
-    none, ``ModelLoadError`` lists what was found. The path is absolute, as
+    ``model``, the ``mmproj*.gguf`` of its repository (fetched into the cache beside it); for an
+    ``ollama://`` model, the projector layer of its manifest; for a local model (an
+    ``lmstudio://`` one, or one llama.cpp downloaded, too), the ``mmproj*.gguf`` in
+    ``model_path``'s directory. With several projectors the one with the model's precision tag
+    is taken, else the F16 one; otherwise, or with none, ``ModelLoadError`` lists what was
+    found. The path is absolute, as
     :func:`resolve_model_path`'s.
     """
     if mmproj.strip().lower() != MMPROJ_AUTO:
         return resolve_model_path(mmproj, download=download, progress=progress)
     spec = model_spec(model)
-    if spec is not None and spec.strip().startswith(HF_PREFIX):
+    projector = resolve_store_projector(spec) if is_store_spec(spec) and spec else None
+    if projector is not None:
+        return _absolute(projector)
+    if spec is not None and spec.strip().startswith(HF_PREFIX) and not _in_llama_cache(model_path):
         path = resolve_hub_mmproj(spec.strip(), model_path, download=download, progress=progress)
         return _absolute(path)
     folder = model_path.parent
     files = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
     return _absolute(folder / choose_mmproj(files, model_path.name, label=str(model_path)))
+
+
+def _in_llama_cache(path: Path) -> bool:
+    """Whether ``path`` is a download of llama.cpp's, whose projector lies beside it."""
+    return path.is_relative_to(_absolute(llama_cache_dir()))
 
 
 def load_model_info(spec: str | None, *, download: bool = True) -> GGUFInfo:

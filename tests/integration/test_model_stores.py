@@ -1,0 +1,34 @@
+"""A model of Ollama's store, loaded where it lies and answering through ChatLlamaCpp, with the
+options its manifest keeps (tests/builders/model_stores.py lays the store out as Ollama does)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.client import model_display_name
+from llamacpp_integrations.langchain import ChatLlamaCpp
+from tests.builders.model_stores import ollama_store
+
+
+def test_chat_model_over_an_ollama_store(
+    tmp_path: Path, smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    # Ollama's params as `ollama create` writes them: its stop words, and greedy, short answers.
+    params = {"stop": ["<|im_end|>", "."], "temperature": 0, "num_predict": 24, "num_ctx": 512}
+    blob = ollama_store(root, smollm_path, params=params)
+    with ChatLlamaCpp(model="ollama://smollm2:135m", n_seq_max=1) as llm:
+        answer = llm.invoke("Name the capital of France in one sentence.")
+        engine = llm.binding.loaded()
+        assert engine is not None
+        assert os.path.samefile(engine.info.path, blob)  # the blob itself, in place
+        assert engine.info.n_ctx_per_seq == 512  # num_ctx
+        assert model_display_name(engine.info.path) == "smollm2:135m"  # what serve calls it
+    text = str(answer.content)
+    assert text.strip() and "." not in text  # stopped at the manifest's stop word
+    assert answer.response_metadata["finish_reason"] == "stop"
+    assert answer.usage_metadata is not None and answer.usage_metadata["output_tokens"] <= 24
