@@ -24,9 +24,28 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[local,test,hub,remote,server,langchain,llama-index,docs]'
+# A GPU build of llama.cpp: `make install CMAKE_ARGS="-DGGML_CUDA=on"` (docs/getting-started.md).
+# CMAKE_ARGS reaches pip's build from the command line or the environment. The value last built
+# with is kept in CMAKE_RECORD (rewritten only when it differs), so that another value rebuilds
+# llama-cpp-python past the wheel pip cached; a venv without the record counts as built without.
+CMAKE_RECORD := $(VENV)/.cmake-args
+ifdef CMAKE_ARGS
+export CMAKE_ARGS
+endif
+
+$(CMAKE_RECORD): FORCE | $(BIN)/python
+	@[ -f $@ ] || { : > $@; touch -t 200001010000 $@; }
+	@[ "$$(cat $@)" = '$(CMAKE_ARGS)' ] || printf '%s' '$(CMAKE_ARGS)' > $@
+
+$(STAMP): pyproject.toml $(CMAKE_RECORD) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(if $(CMAKE_ARGS),--no-cache-dir) -e '.[local,test,hub,remote,server,langchain,llama-index,docs]'
+	if [ -f $(STAMP) ] && [ $(CMAKE_RECORD) -nt $(STAMP) ]; then \
+	  $(BIN)/python -m pip install --quiet --no-cache-dir --force-reinstall --no-deps \
+	    "llama-cpp-python==$$($(BIN)/python -c 'from importlib.metadata import version; print(version("llama-cpp-python"))')"; \
+	fi
 	touch $(STAMP)
+
+FORCE:
 
 install: $(STAMP)
 

@@ -437,3 +437,16 @@ def soak_summary(results: Results) -> str:
         + " |",
     ]
     return "\n".join(lines)
+
+
+# --- generated from the code, not from results (docs/guides/server.md) -----------------------
+
+
+def engine_flags(results: Results) -> str:
+    """docs/guides/server.md: every engine flag of ``serve``, ``chat`` and ``doctor``, with
+    llama-server's flag and the ``EngineConfig`` field it sets. Rendered from the flag table
+    (``llamacpp_integrations.engine_flags``) and ``EngineConfig``'s field docs, not from a
+    results file, so that the page cannot drift from the code."""
+    from llamacpp_integrations.engine_flags import flags_table
+
+    return flags_table()

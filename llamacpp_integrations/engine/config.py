@@ -348,6 +348,11 @@ class EngineConfig:
                 "kv_cells sizes the unified KV cache: set kv_unified=True (a stream per "
                 "sequence has n_ctx_per_seq cells)"
             )
+        if self.tensor_split is not None and self.split_mode == "none":
+            raise InvalidRequestError(
+                "tensor_split shares the model between GPUs, and split_mode='none' keeps it on "
+                "main_gpu alone: set one of them"
+            )
         if self.flash_attention is False and self.type_v in QUANTIZED_KV_TYPES:
             raise InvalidRequestError(
                 f"type_v={self.type_v!r} (a quantized V cache) needs flash attention in "
