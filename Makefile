@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -70,7 +70,7 @@ integration: models
 # the site shows, so the strict docs build comes last.
 test: models lint
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks -m 'not soak' --durations=25
+	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks -m 'not soak and not slow' --durations=25
 	$(BIN)/python benchmarks/figures.py --check
 	$(BIN)/mkdocs build --strict --quiet
 
@@ -79,6 +79,11 @@ test: models lint
 # build fail while a page differs (benchmarks/figures.py).
 figures: install
 	$(BIN)/python benchmarks/figures.py --write
+
+# The real-model tests make test leaves out to keep CI under 30 minutes: more of the same
+# guarantees (the rest of the agent suite, random schemas under sampling), marked slow.
+test-slow: models
+	$(BIN)/pytest tests/integration tests/standard -m 'slow and not soak' --durations=10
 
 # One minute of the soak with its leak checks, as a test (make soak runs it for MINUTES).
 soak-test: models
@@ -237,6 +242,26 @@ bench-spec: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/reproducibility.py --json $(RESULTS)/reproducibility.json
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
+
+# The GPU check (docs/guides/gpu-check.md): `make gpu-bundle` packs what an offline machine
+# with an NVIDIA GPU needs into one folder under 60 MB; copied there, its `bash check.sh` builds
+# llama-cpp-python and llama-server with CUDA and measures random-weight models of 0.5B to 3B
+# parameters. `make gpu-check` runs the bundle's script here (without a GPU it says so and exits
+# 0); `make gpu-check-cpu` runs the same steps with the CUDA build off, on the tiny model
+# (compiling llama.cpp twice on two cores: about half an hour).
+.PHONY: gpu-bundle gpu-check gpu-check-cpu
+GPU_BUNDLE := .cache/gpu-bundle
+GPU_CHECK_CPU := .cache/gpu-check-cpu
+$(GPU_BUNDLE)/check.sh: $(wildcard benchmarks/gpu/*) | install
+	$(BIN)/python benchmarks/gpu/bundle.py --out $(GPU_BUNDLE) --json $(RESULTS)/gpu_bundle.json
+
+gpu-bundle: $(GPU_BUNDLE)/check.sh
+
+gpu-check: $(GPU_BUNDLE)/check.sh
+	bash $(GPU_BUNDLE)/check.sh
+
+gpu-check-cpu: $(GPU_BUNDLE)/check.sh
+	bash $(GPU_BUNDLE)/check.sh --cpu --work $(GPU_CHECK_CPU)/work --results $(GPU_CHECK_CPU)/results
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

@@ -37,8 +37,22 @@ if TYPE_CHECKING:
     from llamacpp_integrations.llama_index import LlamaCpp
 
 FRAMEWORKS = ("langchain", "llama_index")
+# `make test` runs two tasks of each kind (one, a chain, a tool then an answer, no tool) on both
+# frameworks; the other seven are marked slow (`make test-slow`, and `make bench-agents` runs
+# all fifteen), to keep CI under its time limit.
+EVERY_KIND = frozenset(
+    {
+        "add_numbers", "clock", "add_then_multiply", "capital_weather", "umbrella",
+        "weight_compare", "thank_you_french", "romeo_author",
+    }
+)  # fmt: skip
 CASES = [
-    pytest.param(framework, task, id=f"{framework}-{task.name}")
+    pytest.param(
+        framework,
+        task,
+        id=f"{framework}-{task.name}",
+        marks=() if task.name in EVERY_KIND else pytest.mark.slow,
+    )
     for framework in FRAMEWORKS
     for task in TASKS
 ]
