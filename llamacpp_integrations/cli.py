@@ -105,14 +105,15 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import diagnose, findings_json, findings_table
+    from .doctor import diagnose, examine_machine, findings_json, findings_table
     from .engine import Engine
 
     template = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
     config = engine_config(args, "doctor", model=args.model, **_ENGINE_DEFAULTS["doctor"])
     with Engine(config) as engine:
         findings = diagnose(engine, template, max_tokens=args.max_tokens)
-    print(findings_json(findings) if args.json else findings_table(findings))
+        machine = examine_machine(engine)
+    print(findings_json(findings, machine) if args.json else findings_table(findings, machine))
     return 1 if any(f.status == "fail" for f in findings) else 0
 
 
