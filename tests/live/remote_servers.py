@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
 from tests.live.llama_servers import DEFAULT_BINARY, RELEASE_BINARY, LlamaServerProcess
 
 __all__ = [
@@ -26,11 +27,21 @@ __all__ = [
     "RECORDED_URL",
     "build_servers",
     "llama_server",
+    "short_question",
 ]
 
 LLAMA_SERVER = Path(os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER", str(DEFAULT_BINARY)))
 RECORDED_URL = "http://generation.llama-server.test"
 RECORDED_EMBEDDINGS_URL = "http://embeddings.llama-server.test"
+
+
+def short_question(text: str = "Name a colour.") -> ChatRequest:
+    """A greedy question with a six-token answer: enough to show a server answered."""
+    return ChatRequest(
+        messages=[{"role": "user", "content": text}],
+        sampling=SamplingParams(temperature=0.0),
+        max_tokens=6,
+    )
 
 
 @contextmanager

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
 from llamacpp_integrations.errors import ServerAuthenticationError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.remote import RemoteEngine
 from tests.live.llama_servers import LlamaServerProcess, llama_server_binary
+from tests.live.remote_servers import short_question
 
 BINARY = llama_server_binary()
 pytestmark = pytest.mark.skipif(
@@ -30,14 +30,6 @@ pytestmark = pytest.mark.skipif(
 )
 KEY = "live-test-key"
 PREFIX = "/llm"
-
-
-def ask(text: str = "Name a colour.") -> ChatRequest:
-    return ChatRequest(
-        messages=[{"role": "user", "content": text}],
-        sampling=SamplingParams(temperature=0.0),
-        max_tokens=6,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -96,27 +88,27 @@ def proxied(keyed: LlamaServerProcess) -> Iterator[str]:
 
 def test_no_key_says_one_is_needed(keyed: LlamaServerProcess) -> None:
     with RemoteEngine(keyed.url) as engine, pytest.raises(ServerAuthenticationError) as error:
-        engine.generate(ask())
+        engine.generate(short_question())
     assert "none was given" in str(error.value) and not error.value.retryable
 
 
 def test_a_wrong_key_is_refused(keyed: LlamaServerProcess) -> None:
     refused = pytest.raises(ServerAuthenticationError, match="refused the API key given")
     with RemoteEngine(keyed.url, api_key="wrong") as engine, refused:
-        engine.generate(ask())
+        engine.generate(short_question())
 
 
 def test_the_right_key_answers(keyed: LlamaServerProcess) -> None:
     with RemoteEngine(keyed.url, api_key=KEY) as engine:
         assert engine.health()
-        assert engine.generate(ask()).usage.completion_tokens > 0
+        assert engine.generate(short_question()).usage.completion_tokens > 0
 
 
 def test_a_base_url_with_a_path_answers_through_the_proxy(proxied: str) -> None:
     with RemoteEngine(proxied, api_key=KEY) as engine:
         assert engine.health()
-        assert engine.generate(ask()).usage.completion_tokens > 0
-        assert "".join(chunk.text for chunk in engine.stream(ask())).strip()
+        assert engine.generate(short_question()).usage.completion_tokens > 0
+        assert "".join(chunk.text for chunk in engine.stream(short_question())).strip()
     with RemoteEngine(proxied.rsplit("/", 1)[0], api_key=KEY) as no_prefix:
         assert not no_prefix.health()  # the proxy serves nothing outside its path
 

@@ -11,27 +11,20 @@ release's server is used (``make llama-server-release``, or
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
 from llamacpp_integrations.errors import InvalidRequestError
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.remote import RemoteEngine
-from tests.live.llama_servers import ROOT, LlamaServerProcess, llama_server_binary
+from tests.live.llama_servers import LlamaServerProcess, llama_server_binary
+from tests.live.remote_servers import LLAMA_SERVER_RELEASE, short_question
 
-RELEASE = Path(
-    os.environ.get(
-        "LLAMACPP_INTEGRATIONS_LLAMA_SERVER_RELEASE",
-        str(ROOT / ".cache" / "llama-server-release" / "bin" / "llama-server"),
-    )
-)
-BINARY = RELEASE if RELEASE.is_file() else llama_server_binary()
+BINARY = LLAMA_SERVER_RELEASE if LLAMA_SERVER_RELEASE.is_file() else llama_server_binary()
 pytestmark = pytest.mark.skipif(
     BINARY is None,
     reason="no llama-server binary: run `make llama-server-release` "
@@ -39,14 +32,6 @@ pytestmark = pytest.mark.skipif(
 )
 SMOLLM = "SmolLM2-135M-Instruct.Q4_1"
 GEMMA = "gemma-3-270m-q4_k_m"
-
-
-def ask(text: str = "Name a colour.") -> ChatRequest:
-    return ChatRequest(
-        messages=[{"role": "user", "content": text}],
-        sampling=SamplingParams(temperature=0.0),
-        max_tokens=6,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +67,7 @@ def test_each_model_answers_by_model(router: str) -> None:
             assert caps.router and caps.model == name
             assert {m.id for m in caps.models} == {SMOLLM, GEMMA}
             assert engine.info.name == name  # the routed model's own /props
-            assert engine.generate(ask()).usage.completion_tokens > 0
+            assert engine.generate(short_question()).usage.completion_tokens > 0
         # Two vocabularies: the same text is different tokens, so each request reached its own.
         smollm, gemma = (engines[n].tokenize("Hello world") for n in (SMOLLM, GEMMA))
         assert smollm != gemma
@@ -101,7 +86,7 @@ def test_the_adapters_model_names_the_routed_model(router: str) -> None:
 
 def test_a_model_is_unloaded_and_loads_again(router: str) -> None:
     with RemoteEngine(router, model=SMOLLM) as engine:
-        engine.generate(ask())
+        engine.generate(short_question())
         engine.unload_model()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -110,10 +95,11 @@ def test_a_model_is_unloaded_and_loads_again(router: str) -> None:
                 break
             time.sleep(0.2)
         assert status[SMOLLM] == "unloaded"
-        assert engine.generate(ask()).usage.completion_tokens > 0  # loaded again on demand
+        # loaded again on demand
+        assert engine.generate(short_question()).usage.completion_tokens > 0
 
 
 def test_an_engine_naming_no_model_is_told_which(router: str) -> None:
     with RemoteEngine(router) as engine, pytest.raises(InvalidRequestError) as error:
-        engine.generate(ask())
+        engine.generate(short_question())
     assert SMOLLM in str(error.value) and GEMMA in str(error.value)
