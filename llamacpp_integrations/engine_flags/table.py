@@ -59,7 +59,8 @@ def _switch(names: tuple[str, ...], field: str, const: bool, help: str, **kw: An
 
 
 def _choice(names: tuple[str, ...], field: str, allowed: tuple[str, ...], **kw: Any) -> EngineFlag:
-    return EngineFlag(names, field, read=str, metavar=None, choices=allowed, **kw)
+    kw.setdefault("metavar", None)  # argparse then shows the choices
+    return EngineFlag(names, field, read=str, choices=allowed, **kw)
 
 
 _SPEC = "speculative"
@@ -106,14 +107,16 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
         "type_k",
         get_args(KvCacheType),
         llama_server="`-ctk`, `--cache-type-k`",
-        help="The K cache's element type.",
+        metavar="TYPE",
     ),
     _choice(
         ("--cache-type-v", "-ctv", "--type-v"),
         "type_v",
         get_args(KvCacheType),
         llama_server="`-ctv`, `--cache-type-v`",
-        help="The V cache's element type; a quantized one needs flash attention.",
+        metavar="TYPE",
+        help="The V cache's element type (the same choices); a quantized one needs flash "
+        "attention.",
     ),
     _switch(
         ("--no-mmap",),
