@@ -159,11 +159,11 @@ class Check:
         if stamp.exists():
             self.say(f"llama-cpp-python: built before ({stamp.name})")
             return
-        (sdist,) = (self.bundle / "src").glob("llama_cpp_python-*.tar.gz")
         self.env["CMAKE_ARGS"] = " ".join(self.cmake_args)
         build_dir = self.work / "build" / f"llama-cpp-python-{self.mode}"
+        # Built from one unpacked copy, so that a second run finds its CMake cache's sources.
         self.pip("--no-build-isolation", "--no-deps", "--force-reinstall", "--verbose",
-                 f"--config-settings=build-dir={build_dir}", str(sdist))  # fmt: skip
+                 f"--config-settings=build-dir={build_dir}", str(self.source()))  # fmt: skip
         stamp.touch()
 
     def build_server(self) -> None:
@@ -171,12 +171,7 @@ class Check:
         if binary.exists():
             self.say(f"llama-server: built before ({binary})")
             return
-        (sdist,) = (self.bundle / "src").glob("llama_cpp_python-*.tar.gz")
-        src = self.work / "src"
-        if not src.exists():
-            with tarfile.open(sdist) as archive:
-                extract(archive, src)
-        (root,) = src.glob("llama_cpp_python-*")
+        root = self.source()
         sys.path.insert(0, str(self.bundle / "repo" / "benchmarks" / "llama_tools"))
         from build import project_dir  # benchmarks/llama_tools/build.py
 
@@ -201,6 +196,16 @@ class Check:
         self.run(configure)
         self.run(["cmake", "--build", str(scratch / "build"), "--target", "llama-server",
                   "-j", self.jobs])  # fmt: skip
+
+    def source(self) -> Path:
+        """The trimmed sdist, unpacked once into the work folder."""
+        (sdist,) = (self.bundle / "src").glob("llama_cpp_python-*.tar.gz")
+        src = self.work / "src"
+        if not src.exists():
+            with tarfile.open(sdist) as archive:
+                extract(archive, src)
+        (root,) = src.glob("llama_cpp_python-*")
+        return root
 
     def ninja(self) -> str:
         return shutil.which("ninja", path=self.env["PATH"]) or str(self.venv / "bin" / "ninja")

@@ -7,8 +7,9 @@ taking turns; with the engine's decode steps counted (``Engine.stats().steps``),
 per step, the engine's whole cost of one batched step, stands beside the server's time per
 generated token. On the first model also: embeddings (``Engine.embed`` against llama-server
 ``--embeddings`` given every text in one request) and the shared-prefix fan-out of
-``shared_prefix.py`` (ours with and without in-flight sharing, and llama-server). Each writes a
-``<prefix>_*.json`` results file with the machine and the device's name.
+``shared_prefix.py``, cold and warm (ours with and without in-flight sharing, and
+llama-server). Each writes a ``<prefix>_*.json`` results file with the machine and the device's
+name.
 """
 
 from __future__ import annotations
@@ -230,6 +231,26 @@ def embeddings(run: Run, model: Path, size: str, n: int) -> None:
     )  # fmt: skip
 
 
+def fan_out_cases(sides: dict[str, Any], rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    """``shared_prefix.py``'s fan-out: sixteen chats over one system prompt at once, cold, then
+    the same again warm; each side in turn, a new session each round (the median kept)."""
+    seen: dict[str, dict[str, list[dict[str, float]]]] = {
+        name: {"cold": [], "warm": []} for name in sides
+    }
+    for r in range(rounds):
+        for name, one in sides.items():
+            chats = shared_prefix.fan_out(f"{r}-{name}")
+            seen[name]["cold"].append(shared_prefix.at_once(one, chats))
+            seen[name]["warm"].append(shared_prefix.at_once(one, chats))
+    return {
+        name: {
+            case: {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+            for case, runs in cases.items()
+        }
+        for name, cases in seen.items()
+    }
+
+
 def fan_out(run: Run, model: Path, size: str) -> None:
     base = run.config(model, n_seq_max=shared_prefix.N, n_ctx_per_seq=shared_prefix.N_CTX)
     server = run.process(model, shared_prefix.N, shared_prefix.N_CTX).start(timeout=600)
@@ -243,7 +264,7 @@ def fan_out(run: Run, model: Path, size: str) -> None:
                 "ours, sharing off": shared_prefix.ours(plain),
                 "llama-server": shared_prefix.server(server.port),
             }
-            figures = shared_prefix.measure(sides, run.repeat)
+            figures = fan_out_cases(sides, run.repeat)
     finally:
         server.close()
     cold = {name: cases["cold"]["wall_s"] for name, cases in figures.items()}

@@ -29,7 +29,7 @@ LLAMA_KEPT_UNDER = {
 # built without its web page).
 TOOL_DROPPED = {
     "server": {"tests", "webui", "public", "bench"},
-    "mtmd": {"tests", "legacy-models", "debug"},
+    "mtmd": {"tests", "legacy-models"},  # (not debug/: mtmd.cpp includes its header)
     "ui": {"src", "static", "tests", ".storybook", "package-lock.json", "package.json"},
 }
 MEDIA_SUFFIXES = {".mp3", ".mp4", ".jpeg", ".jpg", ".png", ".gif", ".wav", ".gguf", ".pdf"}

@@ -108,6 +108,7 @@ KEPT = [
     "vendor/llama.cpp/ggml/src/ggml-cuda/template-instances/fattn-vec-f16.cu",
     "vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp", "vendor/llama.cpp/tools/CMakeLists.txt",
     "vendor/llama.cpp/tools/server/server.cpp", "vendor/llama.cpp/tools/mtmd/clip.cpp",
+    "vendor/llama.cpp/tools/mtmd/debug/mtmd-debug.h",
     "vendor/llama.cpp/tools/ui/CMakeLists.txt", "vendor/llama.cpp/tools/ui/ui.cpp.in",
     "vendor/llama.cpp/tools/llama-bench/llama-bench.cpp",
     "vendor/llama.cpp/scripts/ui-assets.cmake", "vendor/llama.cpp/vendor/miniaudio/miniaudio.h",
