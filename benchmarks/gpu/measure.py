@@ -38,7 +38,7 @@ from throughput import QUESTIONS, WARMUP, BatchResult, alternate, our_request  #
 
 from llamacpp_integrations.engine import Engine, EngineConfig  # noqa: E402
 from llamacpp_integrations.engine.native.runner import cpu_advertises_amx  # noqa: E402
-from tests.live.llama_servers import LlamaServerProcess  # noqa: E402
+from tests.live.llama_servers import LlamaServerProcess, free_port  # noqa: E402
 
 
 def prompts(n: int) -> list[str]:
@@ -124,6 +124,8 @@ class Run:
         )  # fmt: skip
 
     def process(self, model: Path, slots: int | None, ctx: int, *extra: str) -> LlamaServerProcess:
+        # A free port each time: a server left on a fixed one would answer in this one's place.
+        llama_server.PORT = free_port()
         return LlamaServerProcess(
             self.server, model, port=llama_server.PORT, threads=self.threads, slots=slots,
             n_ctx_per_slot=ctx, extra=(*self.offload, *extra),
