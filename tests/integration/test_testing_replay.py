@@ -5,9 +5,6 @@ llama_cpp cannot be imported, and give the same streamed pieces, tool calls and 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +14,12 @@ import pytest
 
 from llamacpp_integrations.errors import UnmatchedRequestError
 from llamacpp_integrations.testing import RecordingEngine, ReplayEngine
+from tests.builders.python_json import run_python_json
 from tests.integration.agent_replays import RUNS
 
 if TYPE_CHECKING:
     from llamacpp_integrations.engine.engine import Engine
 
-ROOT = Path(__file__).resolve().parents[2]
 # Installed before anything else is imported: no module of the replay can load llama.cpp.
 NO_NATIVE = textwrap.dedent(
     """
@@ -43,17 +40,7 @@ NO_NATIVE = textwrap.dedent(
 
 
 def _replay_without_native(framework: str, cassette: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", NO_NATIVE, framework, str(cassette)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_python_json("-c", NO_NATIVE, framework, str(cassette))
 
 
 Recorded = Callable[[str], tuple[Path, dict[str, Any]]]

@@ -8,10 +8,7 @@ it finds nothing either), before anything of the package is imported.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import textwrap
 import tomllib
 from pathlib import Path
@@ -22,6 +19,7 @@ import pytest
 from llamacpp_integrations.errors import LlamaCppIntegrationError, MissingDependencyError
 from llamacpp_integrations.optional import EXTRAS, requires
 from tests.builders.model_headers import LLAMA_8B, write_header
+from tests.builders.python_json import run_python_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE_CASSETTE = (
@@ -52,17 +50,7 @@ HIDE = textwrap.dedent(
 
 
 def _run(script: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", HIDE + textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_python_json("-c", HIDE + textwrap.dedent(script))
 
 
 def _name(requirement: str) -> str:
