@@ -72,6 +72,7 @@ from tests.live.remote_servers import (  # noqa: E402
     RECORDED_EMBEDDINGS_URL,
     RECORDED_URL,
     llama_server,
+    rewrite_hosts,
 )
 
 REMOTE = pytest.param("remote", marks=[pytest.mark.vcr, pytest.mark.remote], id="remote")
@@ -86,10 +87,7 @@ def remote_is_live(config: pytest.Config) -> bool:
 
 
 def _normalise_request(request: Any) -> Any:
-    for live, recorded in _RECORDED_HOSTS.items():
-        if request.uri.startswith(live):
-            request.uri = recorded + request.uri[len(live) :]
-    return request
+    return rewrite_hosts(request, _RECORDED_HOSTS)
 
 
 # Tool call ids are random (``call_`` + 24 hex digits): a prompt that sends a call back differs

@@ -36,7 +36,12 @@ from pydantic import BaseModel, Field
 from llamacpp_integrations.langchain import ChatLlamaCpp, LlamaCppEmbeddings
 from llamacpp_integrations.llama_index import LlamaCpp, LlamaCppEmbedding
 from tests.conftest import remote_is_live
-from tests.live.remote_servers import LLAMA_SERVER, LLAMA_SERVER_RELEASE, build_servers
+from tests.live.remote_servers import (
+    LLAMA_SERVER,
+    LLAMA_SERVER_RELEASE,
+    build_servers,
+    rewrite_hosts,
+)
 
 pytestmark = [pytest.mark.vcr, pytest.mark.remote]
 
@@ -56,22 +61,10 @@ def _recorded_urls(build: str) -> tuple[str, str]:
     )
 
 
-def _normalise_request(request: Any) -> Any:
-    for live, recorded in _RECORDED.items():
-        if request.uri.startswith(live):
-            request.uri = recorded + request.uri[len(live) :]
-    return request
-
-
 @pytest.fixture(scope="module")
-def vcr_config() -> dict[str, Any]:
+def vcr_config(vcr_config: dict[str, Any]) -> dict[str, Any]:
     """tests/conftest.py's, with this module's hosts: one pair per build."""
-    return {
-        "match_on": ["method", "path", "body_without_call_ids"],
-        "before_record_request": _normalise_request,
-        "filter_headers": ["authorization"],
-        "decode_compressed_response": True,
-    }
+    return {**vcr_config, "before_record_request": lambda r: rewrite_hosts(r, _RECORDED)}
 
 
 @pytest.fixture(scope="module", params=list(BUILDS))

@@ -13,9 +13,10 @@ The remote variant of a test runs in one of three ways (chosen in tests/conftest
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from llamacpp_integrations.engine.types import ChatRequest, SamplingParams
 from tests.live.llama_servers import DEFAULT_BINARY, RELEASE_BINARY, LlamaServerProcess
@@ -27,12 +28,22 @@ __all__ = [
     "RECORDED_URL",
     "build_servers",
     "llama_server",
+    "rewrite_hosts",
     "short_question",
 ]
 
 LLAMA_SERVER = Path(os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER", str(DEFAULT_BINARY)))
 RECORDED_URL = "http://generation.llama-server.test"
 RECORDED_EMBEDDINGS_URL = "http://embeddings.llama-server.test"
+
+
+def rewrite_hosts(request: Any, hosts: Mapping[str, str]) -> Any:
+    """A recorded request with a live server's URL (``hosts``' keys) named as the cassettes
+    show it (its values), so the ports of a recording run never matter."""
+    for live, recorded in hosts.items():
+        if request.uri.startswith(live):
+            request.uri = recorded + request.uri[len(live) :]
+    return request
 
 
 def short_question(text: str = "Name a colour.") -> ChatRequest:
