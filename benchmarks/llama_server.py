@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -98,12 +99,14 @@ def server_request(question: str, max_tokens: int, start: float) -> tuple[int, f
     return tokens, first if first is not None else float("nan"), time.perf_counter() - start
 
 
-def server_batch(n: int, max_tokens: int) -> BatchResult:
+def server_batch(questions: Sequence[str], max_tokens: int) -> BatchResult:
+    """Every question at once, each on its own thread, to the server on ``PORT``."""
+    n = len(questions)
     results: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * n
     start = time.perf_counter()
 
     def run(i: int) -> None:
-        results[i] = server_request(QUESTIONS[i], max_tokens, start)
+        results[i] = server_request(questions[i], max_tokens, start)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for thread in threads:
@@ -158,7 +161,7 @@ def main() -> None:
                 measured[n] = alternate(
                     args.repeat,
                     partial(ours_batch_sync, engine, n, args.max_tokens),
-                    partial(server_batch, n, args.max_tokens),
+                    partial(server_batch, QUESTIONS[:n], args.max_tokens),
                 )
         finally:
             server.close()

@@ -72,31 +72,6 @@ async def _ours(engine: Engine, questions: list[str], max_tokens: int) -> BatchR
     )
 
 
-def server_batch(questions: list[str], max_tokens: int) -> BatchResult:
-    """Every question at once on its own thread, to the server on ``llama_server.PORT``."""
-    import threading
-
-    done: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * len(questions)
-    start = time.perf_counter()
-
-    def run(i: int) -> None:
-        done[i] = llama_server.server_request(questions[i], max_tokens, start)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(questions))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    ttfts = [first for _, first, _ in done]
-    return BatchResult(
-        tokens=sum(tokens for tokens, _, _ in done),
-        wall_s=max(end for _, _, end in done),
-        mean_ttft_s=statistics.fmean(ttfts),
-        max_ttft_s=max(ttfts),
-        first_ttft_s=ttfts[0],
-    )
-
-
 class Run:
     """What every measurement of one check shares: the server binary, the offload, the
     device, where results go."""
@@ -156,7 +131,9 @@ def throughput(run: Run, model: Path, size: str, levels: list[int], max_tokens: 
                     steps.append(engine.stats().steps - before)
                     return result
 
-                o, s = alternate(run.repeat, ours, lambda n=n: server_batch(prompts(n), max_tokens))
+                o, s = alternate(
+                    run.repeat, ours, lambda n=n: llama_server.server_batch(prompts(n), max_tokens)
+                )
                 step = statistics.median(steps)
                 row = {
                     "concurrent": n, "ours": asdict(o), "server": asdict(s),
