@@ -38,7 +38,7 @@ $(CMAKE_RECORD): FORCE | $(BIN)/python
 	@[ "$$(cat $@)" = '$(CMAKE_ARGS)' ] || printf '%s' '$(CMAKE_ARGS)' > $@
 
 $(STAMP): pyproject.toml $(CMAKE_RECORD) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet $(if $(CMAKE_ARGS),--no-cache-dir) -e '.[local,test,hub,remote,server,langchain,llama-index,docs]'
+	$(BIN)/python -m pip install --quiet $(if $(CMAKE_ARGS),--no-cache-dir) -e '.[local,test,hub,remote,server,langchain,llama-index,ray,docs]'
 	if [ -f $(STAMP) ] && [ $(CMAKE_RECORD) -nt $(STAMP) ]; then \
 	  $(BIN)/python -m pip install --quiet --no-cache-dir --force-reinstall --no-deps \
 	    "llama-cpp-python==$$($(BIN)/python -c 'from importlib.metadata import version; print(version("llama-cpp-python"))')"; \
