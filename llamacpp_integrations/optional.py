@@ -48,6 +48,7 @@ EXTRAS: Mapping[str, Extra] = {
         "the OpenAI-compatible server",
         {"starlette": "starlette", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client"},
     ),
+    "ray": Extra("scaling out on Ray (Ray Data, Ray Serve, RayEngine)", {"ray": "ray"}),
 }
 
 
