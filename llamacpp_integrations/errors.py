@@ -32,11 +32,13 @@ The tree::
 
 Errors that belong to one request carry its ``request_id``; the ones that end a request part-way
 also carry the text generated so far in ``partial_text``.
+Every error pickles whole (class, message and attributes), so one raised in another process (a
+Ray replica, a Ray Data actor) reaches the caller as the error it was.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "CassetteError",
@@ -75,6 +77,20 @@ class LlamaCppIntegrationError(Exception):
     def __init__(self, message: str, *, request_id: str | None = None) -> None:
         super().__init__(message)
         self.request_id = request_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross processes (a Ray replica raises, the caller catches): rebuilt from the
+        # message and attributes, not through ``__init__``, whose keyword-only arguments and
+        # message formatting pickle's default (``cls(*args)``) cannot replay.
+        state = dict(self.__dict__)
+        if isinstance(self, ImportError):
+            state["name"] = self.name  # a slot of ImportError's, not in ``__dict__``
+        return (_restore, (type(self), self.args), state)
+
+
+def _restore(cls: type[LlamaCppIntegrationError], args: tuple[Any, ...]) -> Any:
+    """An error of ``cls`` with these ``args``, its ``__init__`` not run (see ``__reduce__``)."""
+    return Exception.__new__(cls, *args)
 
 
 class ModelLoadError(LlamaCppIntegrationError):

@@ -5,4 +5,6 @@ Needs the ``ray`` extra (``pip install 'llamacpp-integrations[ray]'``).
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .engine_service import EngineService
+
+__all__: list[str] = ["EngineService"]
