@@ -5,6 +5,17 @@ Needs the ``ray`` extra (``pip install 'llamacpp-integrations[ray]'``).
 
 from __future__ import annotations
 
+from .batch_embed import BatchEmbeddingSettings, EmbedBatches
+from .batch_generate import BatchGenerationSettings, GenerateBatches
+from .batch_rerank import BatchRerankSettings, RerankBatches
 from .engine_service import EngineService
 
-__all__: list[str] = ["EngineService"]
+__all__: list[str] = [
+    "BatchEmbeddingSettings",
+    "BatchGenerationSettings",
+    "BatchRerankSettings",
+    "EmbedBatches",
+    "EngineService",
+    "GenerateBatches",
+    "RerankBatches",
+]
