@@ -90,7 +90,8 @@ class Placement:
     (llama.cpp's default, which the engine keeps); ``kv_bytes`` is the whole cache at its
     largest (the engine's ``ContextChoice.kv_bytes``). ``flash_attention`` is what the engine
     passes to llama.cpp: on, off, or ``None`` for llama.cpp's own choice (``auto``: on where
-    the KV cache's device runs it).
+    the KV cache's device runs it). ``backend`` is the backend computing the offloaded layers
+    (``CUDA``, ``Metal``, ``Vulkan``...), ``CPU`` when none are.
     """
 
     n_layer: int | None
@@ -104,6 +105,7 @@ class Placement:
     type_v: str
     flash_attention_set: bool | None
     flash_attention: bool | None
+    backend: str = "CPU"
 
     def describe_offload(self) -> str:
         total = "?" if self.n_layer is None else str(self.n_layer)
@@ -134,9 +136,11 @@ def placement_of(
     gpu_offload: bool,
     kv: ContextChoice,
     offload_kqv: bool = True,
+    gpu_backend: str | None = None,
 ) -> Placement:
     """The placement of an engine with ``config`` whose weights took ``offload`` on a build
-    that can (``gpu_offload``) or cannot offload, with the KV cache ``kv``."""
+    that can (``gpu_offload``) or cannot offload, with the KV cache ``kv``; ``gpu_backend``
+    names the backend of the build's GPUs (the placement's ``backend`` when layers go there)."""
     decided, reason = offload.n_gpu_layers, offload.reason
     if not gpu_offload and decided != 0:
         reason += "; this build of llama.cpp has no GPU backend, so none"
@@ -162,6 +166,7 @@ def placement_of(
         flash_attention_set=config.flash_attention,
         # What the engine passes: resolved against the setting, as its contexts resolve it.
         flash_attention=config.flash_attention_for(decided),
+        backend=(gpu_backend or "GPU") if layers else "CPU",
     )
 
 

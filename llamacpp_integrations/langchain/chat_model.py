@@ -55,7 +55,7 @@ from .messages import (
     tool_calls_to_langchain,
     usage_metadata,
 )
-from .profile import model_profile
+from .profile import PlacementFacts, model_profile, placement_facts
 from .structured_output import structured_output
 
 __all__ = ["ChatLlamaCpp"]
@@ -211,6 +211,13 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
 
     def _resolve_model_profile(self) -> ModelProfile | None:
         return model_profile(self)  # runs in the constructor: reads only what is on disk
+
+    @property
+    def placement(self) -> PlacementFacts | None:
+        """Where the loaded engine put the model: ``doctor``'s machine facts (backend, layers
+        offloaded, KV cache place and size, flash attention; ``profile`` has no keys for
+        them), ``None`` until the engine is loaded (reading it loads nothing)."""
+        return placement_facts(self.binding.loaded())
 
     # ---- tokens ---------------------------------------------------------------------------
     # LangChain counts synchronously, in async code too (trim_messages in an agent's step):

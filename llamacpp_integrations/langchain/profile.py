@@ -5,24 +5,32 @@ loaded, downloaded or asked of a server. The GGUF header is read only when the f
 on disk (local, or in the Hugging Face cache); without it the profile says what the settings
 tell. The window is what one request of the engine these settings make would get, not the
 training context (``client.estimated_window``, which LlamaIndex's metadata uses too).
+
+Where the engine put the model (``doctor``'s machine facts: backend, layers offloaded, the KV
+cache's place and size, flash attention) has no key in LangChain's ``ModelProfile``, and
+langchain-core warns on keys it does not declare: ``ChatLlamaCpp.placement`` reports them
+(``placement_facts``, the same translation as LlamaIndex's ``metadata.placement``), from the
+loaded engine's ``ModelInfo.placement``.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_core.language_models.model_profile import ModelProfile
 
 from ..client import ModelWindow, estimated_window
+from ..client.model_facts import PlacementFacts, image_inputs, placement_facts
 from ..engine import InferenceEngine
 from ..errors import LlamaCppIntegrationError
-from ..models import MMPROJ_AUTO, GGUFInfo, cached_model_info, resolve_mmproj_path
+from ..models import GGUFInfo, cached_model_info
 from ..multimodal import ImagePolicy
 from ..prompts.chat_rendering import ChatTemplates
 from ..tools import detect_reasoning
 
-__all__ = ["ProfiledChat", "model_profile"]
+__all__ = ["PlacementFacts", "ProfiledChat", "model_profile", "placement_facts"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,20 +85,14 @@ def model_profile(chat: ProfiledChat) -> ModelProfile | None:
 
 
 def _images(chat: ProfiledChat, info: GGUFInfo | None) -> bool | None:
-    """Whether requests may carry images (``None``: not known before the first use)."""
-    if chat.engine is not None:
-        return chat.engine.info.supports_images
-    if chat.base_url is not None:
+    """Whether requests may carry images (``None``: not known before the first use). The
+    projector setting is the engine settings': an ``ollama://`` vision model's manifest names
+    its projector, which counts as set."""
+    if chat.engine is None and chat.base_url is not None:
         return None  # the server's /props tells, on first use
-    if chat.mmproj is None or chat.mmproj.strip().lower() != MMPROJ_AUTO:
-        return bool(chat.mmproj)
-    if info is None:
-        return None
-    try:
-        resolve_mmproj_path(chat.mmproj, model=chat.model, model_path=info.path, download=False)
-    except LlamaCppIntegrationError:
-        return None  # no projector on disk yet, or none at all: the first use tells
-    return True
+    mmproj = None if chat.engine is not None else chat._engine_settings().get("mmproj")
+    path = None if info is None else Path(info.path)
+    return image_inputs(chat.engine, mmproj, model=chat.model, model_path=path)
 
 
 def _profile_of(chat: ProfiledChat, info: GGUFInfo | None) -> ModelProfile:

@@ -17,7 +17,8 @@ from ..optional import requires
 with requires("llama-index"):
     from .embedding import LlamaCppEmbedding
     from .llm import LlamaCpp
+    from .metadata import LlamaCppMetadata
     from .reranker import LlamaCppRerank
     from .window import ModelTokenizer
 
-__all__ = ["LlamaCpp", "LlamaCppEmbedding", "LlamaCppRerank", "ModelTokenizer"]
+__all__ = ["LlamaCpp", "LlamaCppEmbedding", "LlamaCppMetadata", "LlamaCppRerank", "ModelTokenizer"]

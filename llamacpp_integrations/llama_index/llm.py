@@ -21,7 +21,6 @@ from llama_index.core.base.llms.types import (
     CompletionResponse,
     CompletionResponseAsyncGen,
     CompletionResponseGen,
-    LLMMetadata,
     MessageRole,
 )
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
@@ -40,8 +39,10 @@ from ..client import (
     engine_settings_of,
     model_display_name,
 )
+from ..client.model_facts import image_inputs, placement_facts
 from ..engine import InferenceEngine
 from .messages import to_engine_messages, tools_to_openai
+from .metadata import LlamaCppMetadata
 from .responses import chat_response, completion_response, tool_selections
 from .streaming import ChatStream, CompletionStream
 from .structured_predict import GrammarStructuredPredict
@@ -183,9 +184,10 @@ class LlamaCpp(
         return self.binding.get()
 
     @property
-    def metadata(self) -> LLMMetadata:
+    def metadata(self) -> LlamaCppMetadata:
         """Context window (the engine's per-sequence context less ``FRAMING_RESERVE``), output
-        budget and model name.
+        budget and model name; whether messages may carry images, and where the engine put
+        the model (``placement``: ``doctor``'s machine facts, ``None`` until it is loaded).
 
         Read without loading the model: from the engine once it is loaded, before that from
         the GGUF header and the engine settings (see ``WindowReader``).
@@ -193,12 +195,16 @@ class LlamaCpp(
         if self._window is None:
             self._window = WindowReader(self.binding)
         window = self._window()
-        return LLMMetadata(
+        engine = self.binding.loaded()
+        mmproj = None if engine is not None else self._engine_settings().get("mmproj")
+        return LlamaCppMetadata(
             context_window=context_window(window),
             num_output=self.max_tokens or DEFAULT_NUM_OUTPUTS,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=window.name,
+            image_inputs=image_inputs(engine, mmproj, model=self.model, model_path=None),
+            placement=placement_facts(engine),
         )
 
     @property

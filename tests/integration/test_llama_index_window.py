@@ -117,9 +117,21 @@ def test_metadata_is_the_engine_window_before_and_after_loading(
     assert fresh.binding.loaded() is None
     llm, _ = models
     assert llm.engine.info.n_ctx_per_seq == N_CTX
-    assert before == llm.metadata  # the same once an engine reports it
+    after = llm.metadata
+    # The same window once an engine reports it; only the placement is new (none before).
+    assert before == after.model_copy(update={"placement": None})
     assert before.context_window == N_CTX - FRAMING_RESERVE
     assert before.num_output == MAX_TOKENS
+    assert before.placement is None and before.image_inputs is False
+    # Where the loaded engine put the model: doctor's facts, from the engine's own placement.
+    placement = llm.engine.info.placement
+    assert placement is not None and after.placement is not None
+    assert after.placement["runs"] == "local" and after.placement["backend"] == "CPU"
+    assert after.placement["layers_offloaded"] == placement.layers_offloaded == 0
+    assert after.placement["n_layer"] == placement.n_layer == 30  # SmolLM2-135M
+    assert after.placement["kv_location"] == "host"
+    assert after.placement["kv_bytes"] == placement.kv_bytes and placement.kv_bytes
+    assert after.placement["flash_attention"] is placement.flash_attention
 
 
 def test_tokenizer_is_the_engines(models: tuple[LlamaCpp, LlamaCppEmbedding]) -> None:

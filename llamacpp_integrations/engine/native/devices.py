@@ -54,6 +54,7 @@ def loaded_placement(
         offload=offload,
         gpu_offload=gpu_offload_supported(),
         kv=kv,
+        gpu_backend=next((d.backend for d in backend_devices() if d.takes_layers), None),
     )
 
 
