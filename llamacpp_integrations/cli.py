@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .cli_stores import command_call_options, store_call_defaults, store_engine_defaults
 from .engine import (
     ChatMessage,
     ChatRequest,
     EngineConfig,
     InferenceEngine,
-    SamplingParams,
 )
 from .engine_flags import add_engine_flags, engine_config
 from .errors import ImageInputNotSupportedError, InvalidRequestError, LlamaCppIntegrationError
@@ -54,7 +54,10 @@ def _images(paths: Sequence[str], max_side: int | None) -> list[dict[str, Any]]:
 
 def _chat(args: argparse.Namespace) -> int:
     history: list[ChatMessage] = []
-    config = engine_config(args, "chat", model=args.model, **_ENGINE_DEFAULTS["chat"])
+    own = store_engine_defaults(args.model, _ENGINE_DEFAULTS["chat"])
+    config = engine_config(args, "chat", model=args.model, **own)
+    given = {} if args.max_tokens is None else {"max_tokens": args.max_tokens}
+    options = command_call_options(args.model, {"max_tokens": 200}, given, owner="chat")
     from .engine import Engine  # llama.cpp (the local extra): only for the commands that load
 
     with Engine(config) as engine:
@@ -74,7 +77,10 @@ def _chat(args: argparse.Namespace) -> int:
                 content, pending = [*pending, {"type": "text", "text": line}], []
             history.append(ChatMessage(role="user", content=content))
             request = ChatRequest(
-                messages=history, max_tokens=args.max_tokens, sampling=SamplingParams()
+                messages=history,
+                max_tokens=options.max_tokens,
+                sampling=options.sampling,
+                stop=options.stop,
             )
             parts = []
             for chunk in engine.stream(request):
@@ -109,7 +115,8 @@ def _doctor(args: argparse.Namespace) -> int:
     from .engine import Engine
 
     template = Path(args.chat_template).read_text(encoding="utf-8") if args.chat_template else None
-    config = engine_config(args, "doctor", model=args.model, **_ENGINE_DEFAULTS["doctor"])
+    own = store_engine_defaults(args.model, _ENGINE_DEFAULTS["doctor"])
+    config = engine_config(args, "doctor", model=args.model, **own)
     with Engine(config) as engine:
         findings = diagnose(engine, template, max_tokens=args.max_tokens)
         machine = examine_machine(engine)
@@ -149,7 +156,18 @@ def serve_config(args: argparse.Namespace) -> EngineConfig:
     loaded with these settings); ``InvalidRequestError`` for settings that cannot be combined,
     before anything loads."""
     model = args.models[0] if args.models else args.model
-    return engine_config(args, "serve", model=model, **_ENGINE_DEFAULTS["serve"])
+    own = _ENGINE_DEFAULTS["serve"]
+    if len(args.models) <= 1:  # a store's settings (a projector...) belong to its one model
+        own = store_engine_defaults(model, own)
+    return engine_config(args, "serve", model=model, **own)
+
+
+def serve_call_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """What requests to ``serve`` leave out takes from one ``ollama://`` model's manifest
+    (``stop``, ``temperature``...); nothing for several models (each would need its own)."""
+    if len(args.models) > 1:
+        return {}
+    return store_call_defaults(args.models[0] if args.models else args.model)
 
 
 def _served(args: argparse.Namespace) -> tuple[InferenceEngine | None, ModelRoster | None]:
@@ -198,6 +216,7 @@ def _serve(args: argparse.Namespace) -> int:
         model_name=args.model_name,
         request_timeout=args.request_timeout,
         log_level=args.log_level,
+        call_defaults=serve_call_defaults(args),
     )
     return 0
 
@@ -259,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.set_defaults(handler=handler)
         if name != "info":
-            sub.add_argument("--max-tokens", type=int, default=48 if name == "demo" else 200)
+            # chat: 200, unless the model's store keeps a length (see cli_stores).
+            default = 48 if name == "demo" else None
+            sub.add_argument("--max-tokens", type=int, default=default)
     commands.choices["info"].add_argument("--template", action="store_true")
     chat = commands.choices["chat"]
     chat.add_argument(

@@ -8,7 +8,7 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -62,6 +62,7 @@ def create_app(
     model_name: str | None = None,
     request_timeout: float | None = None,
     close_engine: bool = False,
+    call_defaults: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """An OpenAI-compatible ASGI app serving ``engine``, or the models of ``roster``.
 
@@ -80,6 +81,9 @@ def create_app(
         request_timeout: Seconds a generation may take before it fails with 504.
         close_engine: Close the engine when the app shuts down (the CLI's server owns its
             engine; an app given a shared engine leaves it open).
+        call_defaults: What requests leave out (``temperature``, ``stop``, ``max_tokens``...)
+            takes from here instead of the engine's defaults (``ServerSettings``); ``serve``
+            passes an ``ollama://`` model's manifest parameters.
 
     Returns:
         A Starlette application; run it with any ASGI server (``serve`` uses uvicorn).
@@ -92,7 +96,11 @@ def create_app(
     elif engine is not None:
         raise TypeError("create_app serves an engine or a roster, not both")
     exchange = Exchange(roster, ServerMetrics())
-    settings = ServerSettings(image_policy=image_policy, request_timeout=request_timeout)
+    settings = ServerSettings(
+        image_policy=image_policy,
+        request_timeout=request_timeout,
+        call_defaults=dict(call_defaults or {}),
+    )
     endpoints = Endpoints(exchange, settings)
     responses_api = ResponsesApi(exchange, settings)
     anthropic = AnthropicEndpoints(exchange, settings)

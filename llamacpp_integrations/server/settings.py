@@ -4,8 +4,9 @@ messages, and ``ServerSettings.chat_plan`` plans the call the same way for all o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..client import CallOptions, CallPlan, MessagesOf, chat_plan_factory
 from ..multimodal import ImagePolicy
@@ -22,10 +23,15 @@ class ServerSettings:
         image_policy: Which image sources image parts may use (in-memory data URIs only, by
             default).
         request_timeout: Seconds a generation may take from submission (``None``: no limit).
+        call_defaults: What a request leaves out takes from here instead of the engine's
+            defaults (call options by name: ``temperature``, ``stop``, ``max_tokens``...;
+            ``serve`` puts an ``ollama://`` model's manifest parameters here). What a request
+            sets wins.
     """
 
     image_policy: ImagePolicy
     request_timeout: float | None = None
+    call_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def chat_plan(
         self, model: ModelLease, options: CallOptions, messages_of: MessagesOf

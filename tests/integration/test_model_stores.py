@@ -1,5 +1,6 @@
-"""A model of Ollama's store, loaded where it lies and answering through ChatLlamaCpp, with the
-options its manifest keeps (tests/builders/model_stores.py lays the store out as Ollama does)."""
+"""A model of Ollama's store, loaded where it lies and answering through ChatLlamaCpp and the
+``chat`` command, with the options its manifest keeps (tests/builders/model_stores.py lays the
+store out as Ollama does); ChatLlamaCpp's ``placement`` is the loaded engine's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llamacpp_integrations.cli import main
 from llamacpp_integrations.client import model_display_name
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from tests.builders.model_stores import ollama_store
@@ -28,7 +30,31 @@ def test_chat_model_over_an_ollama_store(
         assert os.path.samefile(engine.info.path, blob)  # the blob itself, in place
         assert engine.info.n_ctx_per_seq == 512  # num_ctx
         assert model_display_name(engine.info.path) == "smollm2:135m"  # what serve calls it
+        # Where the engine put it: doctor's facts, read from the engine's own placement.
+        placement = engine.info.placement
+        assert placement is not None and llm.placement is not None
+        assert llm.placement["backend"] == "CPU" and llm.placement["layers_offloaded"] == 0
+        assert llm.placement["n_layer"] == placement.n_layer
+        assert llm.placement["kv_location"] == "host"
+        assert llm.placement["kv_bytes"] == placement.kv_bytes
     text = str(answer.content)
     assert text.strip() and "." not in text  # stopped at the manifest's stop word
     assert answer.response_metadata["finish_reason"] == "stop"
     assert answer.usage_metadata is not None and answer.usage_metadata["output_tokens"] <= 24
+
+
+def test_chat_command_over_an_ollama_store(
+    tmp_path: Path,
+    smollm_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    params = {"stop": ["<|im_end|>", "."], "temperature": 0, "num_predict": 24, "num_ctx": 512}
+    ollama_store(root, smollm_path, params=params)
+    questions = iter(["Name the capital of France in one sentence."])
+    monkeypatch.setattr("builtins.input", lambda _prompt: next(questions, ""))
+    assert main(["chat", "--model", "ollama://smollm2:135m"]) == 0
+    answer = capsys.readouterr().out.split("\n")[1]  # after the greeting line
+    assert answer.strip() and "." not in answer  # stopped at the manifest's stop word

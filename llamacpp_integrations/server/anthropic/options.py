@@ -96,8 +96,11 @@ def _response_format(given: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "schema": dict(schema)}
 
 
-def message_options(body: MessagesBody, *, timeout: float | None) -> CallOptions:
-    """The call options of a Messages request.
+def message_options(
+    body: MessagesBody, *, timeout: float | None, defaults: Mapping[str, Any] | None = None
+) -> CallOptions:
+    """The call options of a Messages request (what it leaves out taken from ``defaults``,
+    ``ServerSettings.call_defaults``).
 
     Raises:
         ApiError: a field this server refuses, or a tool or choice it cannot read.
@@ -111,7 +114,7 @@ def message_options(body: MessagesBody, *, timeout: float | None) -> CallOptions
     stops = [stop for stop in body.stop_sequences or () if stop]
     if stops:
         kwargs["stop"] = stops
-    return CallOptions.merge({}, kwargs, owner="POST /v1/messages")
+    return CallOptions.merge(defaults or {}, kwargs, owner="POST /v1/messages")
 
 
 def count_options(body: CountTokensBody) -> CallOptions:

@@ -65,7 +65,9 @@ class AnthropicEndpoints:
 
     async def _messages(self, request: Request, leases: Leases) -> Response:
         body = await self.exchange.body(request, MessagesBody)
-        options = message_options(body, timeout=self.settings.request_timeout)
+        options = message_options(
+            body, timeout=self.settings.request_timeout, defaults=self.settings.call_defaults
+        )
         model = await leases.take(body.model)
         build = self._plan(model, options, body)
         thinking = body.thinking

@@ -47,7 +47,11 @@ def _common(body: SamplingFields, timeout: float | None) -> dict[str, Any]:
 
 
 def chat_options(
-    body: ChatCompletionBody, *, timeout: float | None, context: int | None = None
+    body: ChatCompletionBody,
+    *,
+    timeout: float | None,
+    context: int | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> CallOptions:
     """The call options of a chat completion request, its reasoning asks resolved
     (``reasoning.reasoning_ask``).
@@ -58,6 +62,7 @@ def chat_options(
         context: The tokens one request of the model may take: the output limit an effort's
             budget is a share of when the body sets no ``max_tokens`` (``None``: then an effort
             sets no budget).
+        defaults: What the body leaves out takes from here (``ServerSettings.call_defaults``).
 
     Raises:
         ApiError: a field this server cannot honour, or reasoning asks that disagree.
@@ -83,11 +88,13 @@ def chat_options(
             kwargs["parallel_tool_calls"] = body.parallel_tool_calls
     elif body.tool_choice not in (None, "none", "auto"):
         raise invalid_request("tool_choice needs tools", "tool_choice")
-    return CallOptions.merge({}, _given(kwargs), owner="POST /v1/chat/completions")
+    return CallOptions.merge(defaults or {}, _given(kwargs), owner="POST /v1/chat/completions")
 
 
-def completion_options(body: CompletionBody, *, timeout: float | None) -> CallOptions:
-    """The call options of a legacy completion request."""
+def completion_options(
+    body: CompletionBody, *, timeout: float | None, defaults: Mapping[str, Any] | None = None
+) -> CallOptions:
+    """The call options of a legacy completion request (``defaults``: as ``chat_options``)."""
     refuse_unhonoured(body.model_extra, COMPLETION_REFUSED)
     if body.echo:
         raise invalid_request("echo is not supported", "echo")
@@ -97,7 +104,9 @@ def completion_options(body: CompletionBody, *, timeout: float | None) -> CallOp
     kwargs |= {"max_tokens": body.max_tokens}
     if body.logprobs is not None:
         kwargs |= {"logprobs": True, "top_logprobs": body.logprobs}
-    return CallOptions.merge({}, _given(kwargs), owner="POST /v1/completions", chat=False)
+    return CallOptions.merge(
+        defaults or {}, _given(kwargs), owner="POST /v1/completions", chat=False
+    )
 
 
 def completion_request(body: CompletionBody, options: CallOptions) -> CompletionRequest:

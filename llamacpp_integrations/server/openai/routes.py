@@ -59,7 +59,10 @@ def chat_plan(
     same plan's prompt). The model's context bounds an answer that sets no ``max_tokens`` (a
     reasoning effort's budget is a share of it)."""
     options = chat_options(
-        body, timeout=settings.request_timeout, context=model.engine.info.n_ctx_per_seq
+        body,
+        timeout=settings.request_timeout,
+        context=model.engine.info.n_ctx_per_seq,
+        defaults=settings.call_defaults,
     )
     return settings.chat_plan(model, options, messages_reader(body.messages))
 
@@ -124,7 +127,9 @@ class Endpoints:
 
     async def _complete(self, request: Request, leases: Leases) -> Response:
         body = await self.exchange.body(request, CompletionBody)
-        options = completion_options(body, timeout=self.settings.request_timeout)
+        options = completion_options(
+            body, timeout=self.settings.request_timeout, defaults=self.settings.call_defaults
+        )
         model = await leases.take(body.model)
         plan = CallPlan(completion_request(body, options))
         ids = ResponseIds("cmpl", plan.request.request_id, model.name)

@@ -105,9 +105,16 @@ def _response_format(body: ResponsesBody) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": spec}
 
 
-def responses_options(body: ResponsesBody, *, context: int, timeout: float | None) -> CallOptions:
+def responses_options(
+    body: ResponsesBody,
+    *,
+    context: int,
+    timeout: float | None,
+    defaults: Mapping[str, Any] | None = None,
+) -> CallOptions:
     """The call options of a Responses request; ``context`` is the model's context per
-    sequence (the output limit when ``max_output_tokens`` is not given).
+    sequence (the output limit when ``max_output_tokens`` is not given); what the body leaves
+    out is taken from ``defaults`` (``ServerSettings.call_defaults``).
 
     Raises:
         ApiError: a field this server cannot honour.
@@ -138,4 +145,4 @@ def responses_options(body: ResponsesBody, *, context: int, timeout: float | Non
     }
     # A field left out is not passed, so the engine's default applies (None would mean "none").
     given = {name: value for name, value in kwargs.items() if value is not None}
-    return CallOptions.merge({}, given, owner="POST /v1/responses")
+    return CallOptions.merge(defaults or {}, given, owner="POST /v1/responses")

@@ -53,7 +53,10 @@ class ResponsesApi:
         model = await leases.take(body.model)
         engine = model.engine
         options = responses_options(
-            body, context=engine.info.n_ctx_per_seq, timeout=self.settings.request_timeout
+            body,
+            context=engine.info.n_ctx_per_seq,
+            timeout=self.settings.request_timeout,
+            defaults=self.settings.call_defaults,
         )
         plan = self.settings.chat_plan(model, options, messages)  # cut: an incomplete response
         frame = response_frame(body, options, model.name)
