@@ -6,19 +6,23 @@
   before the Hugging Face cache and the Hub.
 
 This package only reads these folders. ``store_defaults`` gives the options a store keeps with
-a model (Ollama's ``params`` and projector), which the adapters take as their defaults.
+a model (Ollama's ``params`` and projector, and its template's chat format for a GGUF without a
+chat template: ``ollama_template``), which the adapters and the commands take as defaults.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from ...errors import ModelLoadError
+from ..gguf import read_gguf_info
 from .lmstudio import LMSTUDIO_PREFIX, resolve_lmstudio_spec
-from .ollama import OLLAMA_PREFIX, ollama_names, read_ollama_model
+from .ollama import OLLAMA_PREFIX, OllamaModel, ollama_names, read_ollama_model
+from .ollama_template import jinja_for_go_template
 
 __all__ = [
     "LMSTUDIO_PREFIX",
@@ -67,7 +71,8 @@ def resolve_store_projector(spec: str) -> Path | None:
 @dataclass(frozen=True)
 class StoreDefaults:
     """What a store keeps with a model: call options (``stop``, ``temperature``...) and engine
-    settings (``mmproj``, ``n_ctx_per_seq``, ``lora_adapters``), by this package's names."""
+    settings (``mmproj``, ``n_ctx_per_seq``, ``lora_adapters``; ``chat_template`` for a GGUF
+    without one), by this package's names."""
 
     sampling: dict[str, Any] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)
@@ -82,7 +87,28 @@ def store_defaults(spec: str | None) -> StoreDefaults:
         model = read_ollama_model(spec)
     except ModelLoadError:
         return StoreDefaults()
-    return StoreDefaults(model.sampling_defaults(), model.engine_defaults())
+    engine = model.engine_defaults()
+    template = _stand_in_template(model)
+    if template is not None:
+        engine["chat_template"] = template
+    return StoreDefaults(model.sampling_defaults(), engine)
+
+
+def _stand_in_template(model: OllamaModel) -> str | None:
+    """The Jinja template of the manifest's chat format, for a GGUF that has no chat template
+    of its own (``None`` when it has one: that one is used)."""
+    if jinja_for_go_template(model.template) is None:
+        return None
+    return None if _has_chat_template(str(model.model)) else jinja_for_go_template(model.template)
+
+
+@cache
+def _has_chat_template(blob: str) -> bool:
+    # A blob is named by its content's digest: its header, read once, never changes.
+    try:
+        return read_gguf_info(blob).chat_template is not None
+    except ModelLoadError:
+        return True  # a header that cannot be read: loading it says why
 
 
 def store_display_name(path: str | os.PathLike[str]) -> str | None:
