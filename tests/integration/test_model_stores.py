@@ -4,10 +4,14 @@ store out as Ollama does); ChatLlamaCpp's ``placement`` is the loaded engine's."
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import HumanMessage
+from PIL import Image
 
 from llamacpp_integrations.cli import main
 from llamacpp_integrations.client import model_display_name
@@ -58,3 +62,28 @@ def test_chat_command_over_an_ollama_store(
     assert main(["chat", "--model", "ollama://smollm2:135m"]) == 0
     answer = capsys.readouterr().out.split("\n")[1]  # after the greeting line
     assert answer.strip() and "." not in answer  # stopped at the manifest's stop word
+
+
+def test_ollama_vision_model_uses_its_projector_blob(
+    tmp_path: Path, smollm_path: Path, projector: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    # SmolLM2 with the tiny random projector as its manifest's projector layer.
+    name = "registry.ollama.ai/library/vision/latest"
+    params = {"temperature": 0, "num_predict": 4}
+    ollama_store(root, smollm_path, name, projector=projector.read_bytes(), params=params)
+    png = io.BytesIO()
+    Image.new("RGB", (32, 32), "red").save(png, format="PNG")
+    image = f"data:image/png;base64,{base64.b64encode(png.getvalue()).decode()}"
+    with ChatLlamaCpp(model="ollama://vision", n_seq_max=1, n_ctx_per_seq=1024) as llm:
+        assert llm.profile is not None and llm.profile["image_inputs"] is True  # before loading
+        question = [{"type": "image_url", "image_url": {"url": image}}, "What is this?"]
+        answer = llm.invoke([HumanMessage(content=question)])
+        engine = llm.binding.loaded()
+        assert engine is not None and engine.info.supports_images
+        assert engine.info.mmproj is not None
+        used = Path(engine.info.mmproj)  # the projector's blob, in place
+        assert used.parent == (root / "blobs").resolve() and used.name.startswith("sha256-")
+        assert used.read_bytes() == projector.read_bytes()
+    assert answer.usage_metadata is not None and answer.usage_metadata["output_tokens"] <= 4
