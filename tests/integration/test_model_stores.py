@@ -8,6 +8,7 @@ import base64
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -78,7 +79,10 @@ def test_ollama_vision_model_uses_its_projector_blob(
     image = f"data:image/png;base64,{base64.b64encode(png.getvalue()).decode()}"
     with ChatLlamaCpp(model="ollama://vision", n_seq_max=1, n_ctx_per_seq=1024) as llm:
         assert llm.profile is not None and llm.profile["image_inputs"] is True  # before loading
-        question = [{"type": "image_url", "image_url": {"url": image}}, "What is this?"]
+        question: list[str | dict[str, Any]] = [
+            {"type": "image_url", "image_url": {"url": image}},
+            "What is this?",
+        ]
         answer = llm.invoke([HumanMessage(content=question)])
         engine = llm.binding.loaded()
         assert engine is not None and engine.info.supports_images
