@@ -9,6 +9,15 @@ from .batch_embed import BatchEmbeddingSettings, EmbedBatches
 from .batch_generate import BatchGenerationSettings, GenerateBatches
 from .batch_rerank import BatchRerankSettings, RerankBatches
 from .engine_service import EngineService
+from .prefix_router import PrefixAffinityRouter
+from .serve_app import (
+    LlamaCppIngress,
+    LlamaCppReplica,
+    build_app,
+    run_on_ray,
+    serve_application,
+)
+from .serve_options import ServeOptions
 
 __all__: list[str] = [
     "BatchEmbeddingSettings",
@@ -17,5 +26,12 @@ __all__: list[str] = [
     "EmbedBatches",
     "EngineService",
     "GenerateBatches",
+    "LlamaCppIngress",
+    "LlamaCppReplica",
+    "PrefixAffinityRouter",
     "RerankBatches",
+    "ServeOptions",
+    "build_app",
+    "run_on_ray",
+    "serve_application",
 ]
