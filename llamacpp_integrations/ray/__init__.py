@@ -8,6 +8,7 @@ from __future__ import annotations
 from .batch_embed import BatchEmbeddingSettings, EmbedBatches
 from .batch_generate import BatchGenerationSettings, GenerateBatches
 from .batch_rerank import BatchRerankSettings, RerankBatches
+from .engine import RayEngine
 from .engine_service import EngineService
 from .prefix_router import PrefixAffinityRouter
 from .serve_app import (
@@ -29,6 +30,7 @@ __all__: list[str] = [
     "LlamaCppIngress",
     "LlamaCppReplica",
     "PrefixAffinityRouter",
+    "RayEngine",
     "RerankBatches",
     "ServeOptions",
     "build_app",
