@@ -196,12 +196,25 @@ def _served(args: argparse.Namespace) -> tuple[InferenceEngine | None, ModelRost
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server import serve
-
     policy = ImagePolicy(
         allow_remote=args.allow_image_urls,
         allowed_dirs=tuple(Path(d).expanduser().resolve() for d in args.image_dir),
     )
+    app_options = {
+        "api_key": args.api_key or os.environ.get("LLAMACPP_INTEGRATIONS_API_KEY") or None,
+        "max_body_bytes": args.max_body_bytes,
+        "image_policy": policy,
+        "cors_origins": args.cors_origin or None,
+        "model_name": args.model_name,
+        "request_timeout": args.request_timeout,
+        "call_defaults": serve_call_defaults(args),
+    }
+    if args.ray:  # the ray extra: imported only here
+        from .ray.serve_command import serve_on_ray
+
+        return serve_on_ray(args, serve_config(args), app_options)
+    from .server import serve
+
     engine, roster = _served(args)
     serve(
         engine,
@@ -209,14 +222,8 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         grace_period=args.grace_period,
-        api_key=args.api_key or os.environ.get("LLAMACPP_INTEGRATIONS_API_KEY") or None,
-        max_body_bytes=args.max_body_bytes,
-        image_policy=policy,
-        cors_origins=args.cors_origin or None,
-        model_name=args.model_name,
-        request_timeout=args.request_timeout,
         log_level=args.log_level,
-        call_defaults=serve_call_defaults(args),
+        **app_options,
     )
     return 0
 
@@ -257,6 +264,18 @@ def _add_serve(commands: Any) -> None:
     add("--cors-origin", action="append", default=[], help="a browser origin allowed (CORS)")
     add("--grace-period", type=int, default=10, help="seconds in-flight requests get to finish")
     add("--log-level", default="info", help="uvicorn's log level ('warning': no access log)")
+    ray = serve.add_argument_group("Ray Serve (the ray extra; one model, an engine per replica)")
+    ray.add_argument("--ray", action="store_true", help="serve on a Ray cluster with Ray Serve")
+    ray.add_argument("--ray-address", default=None, help="the cluster (default: a new local one)")
+    ray.add_argument("--ray-replicas", type=int, default=1, help="replicas, each one engine")
+    ray.add_argument(
+        "--ray-max-replicas", type=int, default=None, help="autoscale up to this many replicas"
+    )
+    ray.add_argument(
+        "--ray-min-replicas", type=int, default=1, help="autoscale down to this many (0 allowed)"
+    )
+    ray.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs each replica reserves")
+    ray.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs each replica reserves")
     serve.set_defaults(handler=_serve, model=None)
     add_engine_flags(serve, "serve")
 

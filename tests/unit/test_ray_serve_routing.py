@@ -204,3 +204,24 @@ def test_answer_relays_the_app_and_cancels_it_with_the_call() -> None:
     start, body = asyncio.run(run())
     assert (b"x-llamacpp-replica", b"r1") in start["headers"] and body["body"] == b"hello"
     assert cancelled.is_set()
+
+
+# ---- the ways in -----------------------------------------------------------------------------
+
+
+def test_a_config_file_s_args_are_checked_before_anything_runs() -> None:
+    from llamacpp_integrations.ray import build_app
+
+    with pytest.raises(InvalidRequestError, match="model"):
+        build_app({"engine": {"n_ctx_per_seq": 512}})
+    with pytest.raises(InvalidRequestError, match="replica_count"):
+        build_app({"model": "m.gguf", "serve": {"replica_count": 2}})
+    with pytest.raises(InvalidRequestError, match="api_keys"):
+        build_app({"model": "m.gguf", "server": {"api_keys": ["k"]}})
+
+
+def test_serve_on_ray_serves_one_model(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from llamacpp_integrations.cli import main
+
+    assert main(["serve", "--ray", str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")]) == 1
+    assert "--ray serves one model" in capsys.readouterr().err
