@@ -1,0 +1,145 @@
+"""Ray Data batch jobs on a local cluster (the session's ``ray_cluster``) with SmolLM2: two
+actors embed a corpus into the vectors the in-process adapter gives, structured extraction
+gives a schema-valid value or a typed error for every row, and bad rows fail alone, every
+row coming out once, in order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import BaseModel, Field, ValidationError
+
+from llamacpp_integrations.langchain import LlamaCppEmbeddings
+from llamacpp_integrations.ray import EmbedBatches, GenerateBatches
+
+ray = pytest.importorskip("ray")
+
+# One thread per actor (num_cpus=1 each), the same in this process, so both sides compute
+# alike; a small context keeps the engines small.
+ENGINE = {"n_threads": 1, "n_ctx_per_seq": 256, "n_seq_max": 16}
+ANIMALS = ["cat", "dog", "hen", "cow", "fox", "owl", "eel"]
+OVERSIZED = "word " * 400  # over n_ctx_per_seq (256) and over a small embedding context
+
+
+@pytest.fixture(autouse=True)
+def _ordered(ray_cluster: Any) -> None:
+    """Ray Data hands out a dataset's blocks as they finish unless asked to keep the order."""
+    del ray_cluster
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+
+
+def _corpus(count: int) -> list[str]:
+    # Short texts: the point is many rows through two actors, not long decodes.
+    return [f"{ANIMALS[i % 7]} {i}" for i in range(count)]
+
+
+def _run(items: list[dict[str, Any]], job: type, batch_size: int, **kwargs: Any) -> list[Any]:
+    dataset = ray.data.from_items(items).map_batches(
+        job,
+        fn_constructor_kwargs=kwargs,
+        batch_size=batch_size,
+        compute=ray.data.ActorPoolStrategy(size=2),
+        num_cpus=1,
+    )
+    return dataset.take_all()
+
+
+def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone(
+    ray_cluster: Any, smollm_path: Path
+) -> None:
+    del ray_cluster
+    texts = _corpus(1000)
+    settings = {"embedding_n_ctx": 64, **ENGINE}
+    items: list[dict[str, Any]] = [{"id": i, "text": t} for i, t in enumerate(texts)]
+    items.insert(500, {"id": -1, "text": OVERSIZED})  # longer than embedding_n_ctx
+    items.insert(700, {"id": -2, "text": None})  # no text at all
+    rows = _run(items, EmbedBatches, 100, model=str(smollm_path), **settings)
+
+    assert [row["id"] for row in rows] == [item["id"] for item in items]
+    bad = {row["id"]: row for row in rows if row["id"] < 0}
+    assert bad[-1]["embedding"] is None
+    assert bad[-1]["error"].startswith("ContextOverflowError: ")
+    assert bad[-2]["error"].startswith("InvalidRequestError: column 'text' holds a missing")
+    good = [row for row in rows if row["id"] >= 0]
+    assert all(row["error"] is None for row in good)
+
+    with LlamaCppEmbeddings(model=str(smollm_path), **settings) as local:
+        expected = np.asarray(local.embed_documents(texts))
+    got = np.asarray([row["embedding"] for row in good])
+    assert got.shape == expected.shape
+    # The engine packs texts into decodes by length, so a text's neighbours differ between
+    # the two runs (and the batch holding the bad rows went one text per request): float32
+    # sums in another order move single components by up to about 1e-2 of these unit vectors
+    # (tests/integration/test_embeddings.py's batched-vs-alone bound), never the direction.
+    cosines = np.sum(got * expected, axis=1) / (
+        np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1)
+    )
+    assert cosines.min() > 0.999
+    assert np.abs(got - expected).max() < 2e-2
+
+
+class Pet(BaseModel):
+    name: str = Field(max_length=12)
+    legs: int
+
+
+def test_200_rows_of_extraction_are_schema_valid_or_typed_errors_in_order(
+    ray_cluster: Any, smollm_path: Path
+) -> None:
+    del ray_cluster
+    items: list[dict[str, Any]] = [{"id": i, "animal": ANIMALS[i % 7], "n": i} for i in range(200)]
+    items.insert(60, {"id": -1, "animal": OVERSIZED, "n": 0})  # over the context
+    items.insert(130, {"id": -2, "animal": None, "n": 0})  # a template column left empty
+    rows = _run(
+        items,
+        GenerateBatches,
+        50,
+        model=str(smollm_path),
+        template="Name a pet {animal} (number {n}) and its legs.",
+        schema=Pet,
+        max_tokens=32,
+        temperature=0.0,
+        **ENGINE,
+    )
+
+    assert [row["id"] for row in rows] == [item["id"] for item in items]
+    bad = {row["id"]: row for row in rows if row["id"] < 0}
+    assert bad[-1]["error"].startswith("ContextOverflowError: ")
+    assert bad[-2]["error"].startswith("InvalidRequestError: column 'animal' holds a missing")
+    assert all(bad[key]["name"] is None and bad[key]["legs"] is None for key in bad)
+
+    valid = 0
+    for row in (row for row in rows if row["id"] >= 0):
+        if row["error"] is None:
+            Pet.model_validate({"name": row["name"], "legs": row["legs"]})
+            valid += 1
+        else:  # what can go wrong with an answer, never what was wrong with another row
+            kind = row["error"].split(":", 1)[0]
+            assert kind in {"OutputTruncatedError", ValidationError.__name__}, row
+            assert row["name"] is None and row["legs"] is None
+    assert valid > 100  # the grammar holds the answers to the schema: most rows pass
+
+
+def test_a_bad_prompt_fails_alone_among_text_answers(ray_cluster: Any, smollm_path: Path) -> None:
+    del ray_cluster
+    items: list[dict[str, Any]] = [{"q": f"Say {animal}."} for animal in ANIMALS]
+    items[3] = {"q": OVERSIZED}
+    rows = _run(
+        items,
+        GenerateBatches,
+        4,
+        model=str(smollm_path),
+        prompt_column="q",
+        max_tokens=4,
+        temperature=0.0,
+        **ENGINE,
+    )
+
+    assert [row["q"] for row in rows] == [item["q"] for item in items]
+    assert rows[3]["generated"] is None
+    assert rows[3]["error"].startswith("ContextOverflowError: ")
+    others = rows[:3] + rows[4:]
+    assert all(row["error"] is None and row["generated"] for row in others)
