@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -242,6 +242,11 @@ bench-spec: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/reproducibility.py --json $(RESULTS)/reproducibility.json
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
+
+# Ray Data batch jobs (embeddings, generation) with 1 and 2 actors against the in-process
+# engine, on a local Ray cluster (a few minutes on 2 cores); the ray extra.
+bench-ray: models
+	$(BIN)/python benchmarks/bench_ray.py --json $(RESULTS)/ray_data.json
 
 # The GPU check (docs/guides/gpu-check.md): `make gpu-bundle` packs what an offline machine
 # with an NVIDIA GPU needs into one folder under 60 MB; copied there, its `bash check.sh` builds
