@@ -26,15 +26,15 @@ __all__ = ["BatchJobSettings", "actor_cpus"]
 
 
 def actor_cpus() -> int | None:
-    """The whole CPUs Ray reserved for the calling actor or task, or ``None`` outside one (in
-    the driver, or where Ray was never imported)."""
+    """The whole CPUs Ray reserved for the calling actor, or ``None`` outside one (in the
+    driver, or where Ray was never imported)."""
     if "ray" not in sys.modules:  # nothing imported Ray: this is not a Ray worker
         return None
     ray = require("ray", "ray")
     if not ray.is_initialized():
         return None
     context = ray.get_runtime_context()
-    if context.get_actor_id() is None and context.get_task_id() is None:
+    if context.get_actor_id() is None:  # the driver (or a task): no reservation of its own
         return None
     cpus = context.get_assigned_resources().get("CPU")
     return max(1, int(cpus)) if cpus else None
