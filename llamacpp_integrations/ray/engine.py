@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -58,7 +59,10 @@ def _blocking(call: Callable[[], T]) -> T:
 def _cancel(response: Any) -> None:
     """Cancel a handle call: Serve cancels the request's task on the replica (best effort: a
     call that already ended is left as it was)."""
-    response.cancel()
+    # A call that never reached a replica raises its failure here again, which the caller is
+    # already being told.
+    with contextlib.suppress(Exception):
+        response.cancel()
 
 
 def _lookup(app: str, deployment: str | None) -> DeploymentHandle[Any]:

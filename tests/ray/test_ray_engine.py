@@ -2,7 +2,7 @@
 
 One app (a replica of ``EngineService`` over SmolLM2, one CPU) serves the module; the adapters
 run over ``RayEngine`` as over a local engine: LangChain's invoke, stream and astream, a named tool
-call and a structured answer, LlamaIndex's chat and a named tool call, embeddings equal
+call and a structured answer, LlamaIndex's chat and structured prediction, embeddings equal
 to the local engine's, a cancelled stream that frees its sequence on the replica, and the
 replica's typed errors arriving as the local engine raises them.
 """
@@ -66,8 +66,10 @@ def local(smollm_path: Path) -> InferenceEngine:
     return shared_engine(model=str(smollm_path), **SETTINGS)
 
 
-def llm(engine: RayEngine, **settings: Any) -> ChatLlamaCpp:
-    return ChatLlamaCpp(engine=engine, **{"temperature": 0, "max_tokens": 16, **settings})
+@pytest.fixture(scope="module")
+def chat(engine: RayEngine) -> ChatLlamaCpp:
+    """One chat model for the module: its template is probed once (each probe a handle call)."""
+    return ChatLlamaCpp(engine=engine, temperature=0, max_tokens=64)
 
 
 def add(a: int, b: int) -> int:
@@ -97,49 +99,46 @@ def test_engine_describes_the_replicas_model(engine: RayEngine, local: Inference
     assert engine.chunks_long_texts and engine.media_marker is None
 
 
-async def test_invoke_stream_and_astream_add_up(engine: RayEngine) -> None:
-    model = llm(engine)
-    answer = await asyncio.to_thread(model.invoke, QUESTION)
+async def test_invoke_stream_and_astream_add_up(chat: ChatLlamaCpp) -> None:
+    answer = await asyncio.to_thread(chat.invoke, QUESTION, max_tokens=16)
     assert isinstance(answer.content, str) and answer.content.strip()
-    chunks = await asyncio.to_thread(lambda: list(model.stream(QUESTION)))
+    chunks = await asyncio.to_thread(lambda: list(chat.stream(QUESTION, max_tokens=16)))
     whole = chunks[0]
     for chunk in chunks[1:]:
         whole += chunk
     assert isinstance(whole, AIMessageChunk)
     assert whole.content == answer.content
     assert whole.usage_metadata and whole.usage_metadata["output_tokens"] > 0
-    pieces = [chunk.content async for chunk in model.astream(QUESTION)]
+    pieces = [chunk.content async for chunk in chat.astream(QUESTION, max_tokens=16)]
     assert "".join(str(p) for p in pieces) == answer.content
 
 
-def test_named_tool_call(engine: RayEngine) -> None:
-    message = (
-        llm(engine, max_tokens=64).bind_tools([add], tool_choice="add").invoke("What is 12 + 30?")
-    )
+def test_named_tool_call(chat: ChatLlamaCpp) -> None:
+    message = chat.bind_tools([add], tool_choice="add").invoke("What is 12 + 30?")
     (call,) = message.tool_calls
     assert call["name"] == "add"
     assert isinstance(call["args"]["a"], int) and isinstance(call["args"]["b"], int)
 
 
-def test_structured_answer(engine: RayEngine) -> None:
-    structured = llm(engine, max_tokens=96).with_structured_output(Colour)
+def test_structured_answer(chat: ChatLlamaCpp) -> None:
+    structured = chat.with_structured_output(Colour)
     colour = structured.invoke("Describe the colour red.")
     assert isinstance(colour, Colour)
 
 
-def test_llama_index_chat_and_tool_call(engine: RayEngine) -> None:
+def test_llama_index_chat_and_structured_prediction(engine: RayEngine) -> None:
     from llama_index.core.base.llms.types import ChatMessage as IndexMessage
-    from llama_index.core.tools import FunctionTool
+    from llama_index.core.prompts import PromptTemplate
 
     from llamacpp_integrations.llama_index import LlamaCpp
 
     index_llm = LlamaCpp(engine=engine, temperature=0.0, max_tokens=64)
     reply = index_llm.chat([IndexMessage(role="user", content=QUESTION)], max_tokens=16)
     assert reply.message.content
-    tool = FunctionTool.from_defaults(fn=add)
-    response = index_llm.chat_with_tools([tool], user_msg="What is 2 + 3?", tool_choice="add")
-    (call,) = index_llm.get_tool_calls_from_response(response)
-    assert call.tool_name == "add"
+    colour = index_llm.structured_predict(
+        Colour, PromptTemplate("Describe the colour {name}."), name="blue"
+    )
+    assert isinstance(colour, Colour)
 
 
 def test_embeddings_equal_the_local_ones(engine: RayEngine, local: InferenceEngine) -> None:
@@ -182,7 +181,7 @@ async def test_cancelling_an_async_stream_frees_its_sequence(engine: RayEngine) 
 
 
 async def test_the_replicas_typed_error_arrives_as_raised(
-    engine: RayEngine, local: InferenceEngine
+    engine: RayEngine, local: InferenceEngine, chat: ChatLlamaCpp
 ) -> None:
     request = ChatRequest(messages=[ChatMessage(role="user", content="river " * 800)], max_tokens=8)
     with pytest.raises(ContextOverflowError) as here:
@@ -196,4 +195,4 @@ async def test_the_replicas_typed_error_arrives_as_raised(
         async for _ in engine.astream(request):
             pass
     with pytest.raises(ContextOverflowError):
-        llm(engine).invoke("river " * 800)
+        await chat.ainvoke("river " * 800, max_tokens=8)
