@@ -255,8 +255,7 @@ class RayEngine:
                     finished = True
                     return
                 started = True
-                assert isinstance(chunk, StreamChunk)
-                yield chunk
+                yield cast(StreamChunk, chunk)
         finally:
             if not finished:
                 _cancel(response)
