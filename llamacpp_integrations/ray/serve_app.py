@@ -22,6 +22,7 @@ llamacpp_integrations.ray.serve_app:build_app``) and ``run_on_ray`` (the CLI's `
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
@@ -124,14 +125,15 @@ class _RelayApp:
         call = RoutedHttp(plain_scope(scope), body, http_affinity_key(path, body))
         start: Message | None = None
         ended = False
+        stream = cast(DeploymentResponseGenerator[Message], self._replicas.handle_http.remote(call))
         try:
-            stream = cast(
-                DeploymentResponseGenerator[Message], self._replicas.handle_http.remote(call)
-            )
             async for message in stream:
                 start = message if message["type"] == "http.response.start" else start
                 ended = message["type"] == "http.response.body" and not message.get("more_body")
                 await send(message)
+        except asyncio.CancelledError:  # the client left: stop the replica's request now
+            stream.cancel()  # type: ignore[no-untyped-call]  # untyped in Ray
+            raise
         except (RayError, RayServeException) as error:  # the replica died or was unreachable
             if not ended:
                 for message in failure_messages(path, start, type(error).__name__):
