@@ -60,15 +60,15 @@ def route_path(scope: MutableMapping[str, Any]) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int) -> bytes | None:
     """The request's body, cut one byte past ``limit`` (enough for the replica's body limit to
-    answer 413 without this side holding a huge body)."""
+    answer 413 without this side holding a huge body); ``None`` when the client left first."""
     parts: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            return None
         chunk = message.get("body", b"")
         parts.append(chunk[: limit + 1 - size])
         size += len(parts[-1])

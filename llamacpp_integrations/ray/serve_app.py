@@ -122,6 +122,8 @@ class _RelayApp:
             return
         path = route_path(scope)
         body = await read_body(receive, self._limit)
+        if body is None:  # the client left before its request was read: nothing to answer
+            return
         call = RoutedHttp(plain_scope(scope), body, http_affinity_key(path, body))
         start: Message | None = None
         ended = False

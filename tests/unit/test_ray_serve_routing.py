@@ -165,7 +165,7 @@ def test_a_dead_replica_is_answered_in_the_route_s_shape() -> None:
 
 
 def test_the_body_is_read_to_one_byte_past_the_limit() -> None:
-    async def run(parts: list[bytes], limit: int) -> bytes:
+    async def run(parts: list[bytes], limit: int) -> bytes | None:
         messages = [
             {"type": "http.request", "body": p, "more_body": i < len(parts) - 1}
             for i, p in enumerate(parts)
@@ -178,6 +178,11 @@ def test_the_body_is_read_to_one_byte_past_the_limit() -> None:
 
     assert asyncio.run(run([b"ab", b"cd"], 10)) == b"abcd"
     assert asyncio.run(run([b"abcdef", b"gh"], 3)) == b"abcd"
+
+    async def gone() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    assert asyncio.run(read_body(gone, 10)) is None
     assert route_path({"path": "/llm/v1/models", "root_path": "/llm"}) == "/v1/models"
 
 
