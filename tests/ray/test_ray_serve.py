@@ -58,7 +58,8 @@ def serve_port(ray_cluster: Any) -> int:
 
 @pytest.fixture(scope="module")
 def base_url(serve_port: int, smollm_path: Path) -> Iterator[str]:
-    engine = {"model": str(smollm_path), "n_ctx_per_seq": 1024, "n_seq_max": 2}
+    # One thread per replica: each reserves one of the cluster's two CPUs.
+    engine = {"model": str(smollm_path), "n_ctx_per_seq": 1024, "n_seq_max": 2, "n_threads": 1}
     options = ServeOptions(replicas=2, num_cpus=1, health_check_period_s=2.0)
     serve.run(serve_application(engine, options=options), name=APP, route_prefix=f"/{APP}")
     try:
