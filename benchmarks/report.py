@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import results
+from report_ray import ray_section
 
 from llamacpp_integrations.models import KNOWN_MODELS
 
@@ -812,6 +813,7 @@ def _render() -> str:
         *shared_prefix_section(found, headline),
         *prefix_lookup_section(found, headline),
         *fairness_section(found, headline),
+        *ray_section(found, headline, where),
     ]
     page = [
         "# Benchmarks",
