@@ -4,8 +4,9 @@ cluster.
 Through Serve's HTTP proxy with the openai SDK (a chat, a stream, embeddings); through
 `RayEngine` on the same replicas with `ChatLlamaCpp` (a named tool call, a structured answer, a
 stream); requests sharing a system prompt answered by one replica (the `x-llamacpp-replica`
-header); and a replica killed while streams run: each stream ends whole or with the SDK's typed
-error, and the deployment answers again once Serve has replaced the replica.
+header), through OpenAI's chat completions and Responses API and Anthropic's Messages API; and a
+replica killed while streams run: each stream ends whole or with the SDK's typed error, and the
+deployment answers again once Serve has replaced the replica.
 """
 
 from __future__ import annotations
@@ -103,9 +104,25 @@ def test_openai_chat_stream_and_embeddings(client: Any) -> None:
     assert len(vectors) == 2 and len(vectors[0].embedding) == len(vectors[1].embedding) > 0
 
 
-def test_shared_system_prompt_lands_on_one_replica(client: Any) -> None:
+def test_shared_system_prompt_lands_on_one_replica(client: Any, base_url: str) -> None:
     questions = ["Do you sell nails?", "Where are the saws?", "Is there paint?"]
     replicas = {_chat(client, q).headers[REPLICA_HEADER] for q in questions}
+    # The Responses API's instructions and Anthropic's system field are the same prefix.
+    response = client.responses.with_raw_response.create(
+        model="smollm", instructions=SYSTEM, input="Any glue?", max_output_tokens=4
+    )
+    assert response.parse().output_text is not None
+    replicas.add(response.headers[REPLICA_HEADER])
+    anthropic = pytest.importorskip("anthropic")
+    messages = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="unused")
+    message = messages.messages.with_raw_response.create(
+        model="smollm",
+        system=SYSTEM,
+        messages=[{"role": "user", "content": "Any rope?"}],
+        max_tokens=4,
+    )
+    assert message.parse().content is not None
+    replicas.add(message.headers[REPLICA_HEADER])
     assert len(replicas) == 1
     running = serve.status().applications[APP].deployments["LlamaCppReplica"]
     assert running.replica_states.get("RUNNING") == 2
