@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +125,19 @@ def test_the_unified_cache_settings_are_checked() -> None:
         EngineConfig(prefill_per_step=0)
     assert EngineConfig(prefill_per_step=10).prefill_step_tokens == 64  # at least a block
     assert EngineConfig().prefill_step_tokens == 512  # n_batch: no bound
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_default_threads_are_the_cpus_this_process_may_run_on() -> None:
+    """A container's or taskset's share, not the host's count: a thread pool larger than the CPUs
+    it may use spins waiting for threads that cannot run. Checked in a child process pinned to
+    one CPU, so this process keeps its own affinity."""
+    script = (
+        "import os; from llamacpp_integrations.engine import EngineConfig; "
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "print(EngineConfig().threads, EngineConfig(n_threads=3).threads)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["1", "3"]
