@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 # One thread per actor (num_cpus=1 each), the same in this process, so both sides compute
 # alike; a small context keeps the engines small.
-ENGINE = {"n_threads": 1, "n_ctx_per_seq": 256, "n_seq_max": 16}
+ENGINE: dict[str, Any] = {"n_threads": 1, "n_ctx_per_seq": 256, "n_seq_max": 16}
 ANIMALS = ["cat", "dog", "hen", "cow", "fox", "owl", "eel"]
 OVERSIZED = "word " * 400  # over n_ctx_per_seq (256) and over a small embedding context
 
@@ -44,7 +44,8 @@ def _run(items: list[dict[str, Any]], job: type, batch_size: int, **kwargs: Any)
         compute=ray.data.ActorPoolStrategy(size=2),
         num_cpus=1,
     )
-    return dataset.take_all()
+    rows: list[Any] = dataset.take_all()
+    return rows
 
 
 def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone(
@@ -52,7 +53,7 @@ def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone
 ) -> None:
     del ray_cluster
     texts = _corpus(1000)
-    settings = {"embedding_n_ctx": 64, **ENGINE}
+    settings: dict[str, Any] = {"embedding_n_ctx": 64, **ENGINE}
     items: list[dict[str, Any]] = [{"id": i, "text": t} for i, t in enumerate(texts)]
     items.insert(500, {"id": -1, "text": OVERSIZED})  # longer than embedding_n_ctx
     items.insert(700, {"id": -2, "text": None})  # no text at all
