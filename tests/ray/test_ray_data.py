@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from llamacpp_integrations.langchain import LlamaCppEmbeddings
 from llamacpp_integrations.ray import EmbedBatches, GenerateBatches
@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 # One thread per actor (num_cpus=1 each), the same in this process, so both sides compute
 # alike; a small context keeps the engines small.
-ENGINE: dict[str, Any] = {"n_threads": 1, "n_ctx_per_seq": 256, "n_seq_max": 16}
+ENGINE: dict[str, Any] = {"n_threads": 1, "n_ctx_per_seq": 256, "n_seq_max": 32}
 ANIMALS = ["cat", "dog", "hen", "cow", "fox", "owl", "eel"]
 OVERSIZED = "word " * 400  # over n_ctx_per_seq (256) and over a small embedding context
 
@@ -31,9 +31,24 @@ def _ordered(ray_cluster: Any) -> None:
     ray.data.DataContext.get_current().execution_options.preserve_order = True
 
 
+ADJECTIVES = [
+    "red", "blue", "green", "big", "small", "old", "new", "hot", "cold", "dark", "light", "fast",
+    "slow", "long", "short", "tall", "wide", "deep", "soft", "hard", "wet", "dry", "sweet",
+    "sour", "loud", "quiet", "happy", "sad", "rich", "poor", "clean", "dirty", "strong", "weak",
+    "young", "thin", "thick", "warm", "cool", "brave",
+]  # fmt: skip
+NOUNS = [
+    "cat", "dog", "hen", "cow", "fox", "owl", "eel", "bee", "ant", "pig", "bird", "fish", "tree",
+    "rock", "star", "moon", "sun", "car", "boat", "ship", "road", "door", "book", "pen", "cup",
+]  # fmt: skip
+
+
 def _corpus(count: int) -> list[str]:
-    # Short texts: the point is many rows through two actors, not long decodes.
-    return [f"{ANIMALS[i % 7]} {i}" for i in range(count)]
+    # Distinct texts of two words (three tokens at most): the point is many rows through two
+    # actors, and embedding costs per token.
+    texts = [f"{adjective} {noun}" for adjective in ADJECTIVES for noun in NOUNS]
+    assert len(texts) >= count
+    return texts[:count]
 
 
 def _run(items: list[dict[str, Any]], job: type, batch_size: int, **kwargs: Any) -> list[Any]:
@@ -71,19 +86,19 @@ def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone
         expected = np.asarray(local.embed_documents(texts))
     got = np.asarray([row["embedding"] for row in good])
     assert got.shape == expected.shape
-    # The engine packs texts into decodes by length, so a text's neighbours differ between
+    # The engine packs texts into decodes by length, so a text's neighbours can differ between
     # the two runs (and the batch holding the bad rows went one text per request): float32
-    # sums in another order move single components by up to about 1e-2 of these unit vectors
-    # (tests/integration/test_embeddings.py's batched-vs-alone bound), never the direction.
+    # sums in another order move a vector slightly, never its direction (the engine's own
+    # packing test, tests/integration/test_embeddings.py, holds packed texts to 0.99 of alone).
+    # Where the neighbours are the same, the vectors are the same.
     cosines = np.sum(got * expected, axis=1) / (
         np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1)
     )
-    assert cosines.min() > 0.999
-    assert np.abs(got - expected).max() < 2e-2
+    assert cosines.min() > 0.99
+    assert np.median(cosines) > 0.9999
 
 
-class Pet(BaseModel):
-    name: str = Field(max_length=12)
+class Legs(BaseModel):
     legs: int
 
 
@@ -92,16 +107,16 @@ def test_200_rows_of_extraction_are_schema_valid_or_typed_errors_in_order(
 ) -> None:
     del ray_cluster
     items: list[dict[str, Any]] = [{"id": i, "animal": ANIMALS[i % 7], "n": i} for i in range(200)]
-    items.insert(60, {"id": -1, "animal": OVERSIZED, "n": 0})  # over the context
-    items.insert(130, {"id": -2, "animal": None, "n": 0})  # a template column left empty
+    items.insert(60, {"id": -1, "animal": OVERSIZED})  # over the context
+    items.insert(130, {"id": -2, "animal": None})  # a template column left empty
     rows = _run(
         items,
         GenerateBatches,
         50,
         model=str(smollm_path),
-        template="Name a pet {animal} (number {n}) and its legs.",
-        schema=Pet,
-        max_tokens=32,
+        template="How many legs has a {animal}?",
+        schema=Legs,
+        max_tokens=16,
         temperature=0.0,
         **ENGINE,
     )
@@ -110,17 +125,17 @@ def test_200_rows_of_extraction_are_schema_valid_or_typed_errors_in_order(
     bad = {row["id"]: row for row in rows if row["id"] < 0}
     assert bad[-1]["error"].startswith("ContextOverflowError: ")
     assert bad[-2]["error"].startswith("InvalidRequestError: column 'animal' holds a missing")
-    assert all(bad[key]["name"] is None and bad[key]["legs"] is None for key in bad)
+    assert all(bad[key]["legs"] is None for key in bad)
 
     valid = 0
     for row in (row for row in rows if row["id"] >= 0):
         if row["error"] is None:
-            Pet.model_validate({"name": row["name"], "legs": row["legs"]})
+            Legs.model_validate({"legs": row["legs"]})
             valid += 1
         else:  # what can go wrong with an answer, never what was wrong with another row
             kind = row["error"].split(":", 1)[0]
             assert kind in {"OutputTruncatedError", ValidationError.__name__}, row
-            assert row["name"] is None and row["legs"] is None
+            assert row["legs"] is None
     assert valid > 100  # the grammar holds the answers to the schema: most rows pass
 
 
