@@ -9,7 +9,7 @@ it; or, with ``tools``, the tool calls the model makes under the tool grammar.
 
 All of a batch's rows are submitted to the actor's engine together, so they decode side by
 side, and rows whose prompts start alike (the system message, the template's fixed text)
-share that prefix's cells instead of reading it again.
+share that prefix's cells instead of reading it again (once it is a prefill block or longer).
 """
 
 from __future__ import annotations
