@@ -66,11 +66,16 @@ unit: install
 integration: models
 	$(BIN)/pytest tests/integration
 
-# Notebooks run after the other real-model tests; their executed copies (docs/notebooks/) are what
-# the site shows, so the strict docs build comes last.
+# The suites run on WORKERS pytest-xdist workers, each on its own share of the CPUs (tests/conftest.py),
+# a test file per worker at a time (its module fixtures load a model once).
+WORKERS ?= 2
+
+# The notebooks' executed copies (docs/notebooks/) are what the site shows, so the strict docs
+# build comes after the suites.
 test: models lint
-	$(BIN)/pytest tests/unit
-	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks -m 'not soak and not slow' --durations=25
+	$(BIN)/pytest tests/unit -n $(WORKERS)
+	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks tests/ray \
+	  -m 'not soak and not slow' -n $(WORKERS) --dist loadfile --durations=25
 	$(BIN)/python benchmarks/figures.py --check
 	$(BIN)/mkdocs build --strict --quiet
 

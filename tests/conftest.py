@@ -21,6 +21,25 @@ if TYPE_CHECKING:
     from llamacpp_integrations.remote import RemoteEngine
 
 SMOLLM = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs two workers), give each worker its own share of
+    the CPUs. The engine's default thread count is the CPUs a process may run on, so every
+    engine, `serve` process and notebook kernel a worker starts runs on its share alone: two
+    llama.cpp thread pools on the same cores would spin waiting for each other."""
+    del config
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    index = int(worker[2:])
+    share = set(cpus[index % workers :: workers]) or {cpus[index % len(cpus)]}
+    for thread in os.listdir("/proc/self/task"):  # threads started since inherit it from these
+        os.sched_setaffinity(int(thread), share)
+
+
 GEMMA = "gemma-3-270m-q4_k_m.gguf"
 
 

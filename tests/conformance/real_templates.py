@@ -9,6 +9,8 @@ keeps it) and unpacks just that folder under ``.cache/llama-templates/<version>/
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -36,7 +38,8 @@ def template_dir() -> Path:
             check=True,
         )  # fmt: skip
         (sdist,) = Path(scratch).glob("llama_cpp_python-*.tar.gz")
-        partial = target.with_name(version + ".partial")
+        # one partial folder per process: parallel test workers may unpack at the same time
+        partial = target.with_name(f"{version}.{os.getpid()}.partial")
         partial.mkdir(parents=True, exist_ok=True)
         with tarfile.open(sdist) as archive:
             for member in archive:
@@ -45,7 +48,10 @@ def template_dir() -> Path:
                     source = archive.extractfile(member)
                     assert source is not None
                     (partial / Path(name).name).write_bytes(source.read())
-        partial.replace(target)
+        try:
+            partial.replace(target)
+        except OSError:  # another worker's folder landed first: the same files
+            shutil.rmtree(partial, ignore_errors=True)
     return target
 
 

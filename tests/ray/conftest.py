@@ -6,6 +6,7 @@ actors load the test models from `.cache/models` and, on one pinned core, defaul
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,3 +28,16 @@ def ray_cluster() -> Iterator[Any]:
         yield context
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_cluster: Any) -> int:
+    """Ray Serve started on this cluster with its HTTP proxy on a free loopback port: Serve's
+    default (8000) would collide between the clusters of two test workers."""
+    from ray import serve
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return port

@@ -10,7 +10,6 @@ replica's typed errors arriving as the local engine raises them.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,18 +32,9 @@ SETTINGS: dict[str, Any] = {"n_ctx_per_seq": 512, "n_seq_max": 2}
 QUESTION = "Name three colours of the rainbow."
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def handle(ray_cluster: Any, smollm_path: Path) -> Iterator[Any]:
+def handle(serve_port: int, smollm_path: Path) -> Iterator[Any]:
     """One replica of ``EngineService`` over SmolLM2, deleted after the module."""
-    # Serve's HTTP proxy on a free port (another worker's cluster may hold the default).
-    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
     name = f"ray-engine-{uuid.uuid4().hex[:8]}"
     app = serve.deployment(EngineService, num_replicas=1, ray_actor_options={"num_cpus": 1}).bind(
         model=str(smollm_path), **SETTINGS

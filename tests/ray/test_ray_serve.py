@@ -12,7 +12,6 @@ deployment answers again once Serve has replaced the replica.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 import uuid
@@ -33,28 +32,6 @@ from llamacpp_integrations.ray.serve_app import REPLICA_HEADER  # noqa: E402
 APP = f"r2-serve-{uuid.uuid4().hex[:8]}"
 SYSTEM = "You are a terse assistant for a hardware store. Answer in one short sentence."
 RECOVERY_WAIT_S = 120  # a bound so a broken recovery fails instead of hanging
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def serve_port(ray_cluster: Any) -> int:
-    """The port of this cluster's Serve proxy: started here on a free one, unless a test
-    module before this one started Serve already."""
-    from ray.serve.context import _get_global_client
-
-    client = _get_global_client(raise_if_no_controller_running=False)
-    if client is not None:
-        port: int = client.http_config.port
-        return port
-    port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    return port
 
 
 @pytest.fixture(scope="module")
