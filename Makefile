@@ -67,17 +67,15 @@ integration: models
 	$(BIN)/pytest tests/integration
 
 # The suites run on WORKERS pytest-xdist workers, each on its own share of the CPUs (tests/conftest.py),
-# a test file per worker at a time (its module fixtures load a model once). The files go out in the
-# order named, the longest folders first (notebooks, conformance's set-up, Ray's clusters), so that
-# no worker is left running one long file after the other has finished.
+# a test file per worker at a time (its module fixtures load a model once).
 WORKERS ?= 2
 
 # The notebooks' executed copies (docs/notebooks/) are what the site shows, so the strict docs
 # build comes after the suites.
 test: models lint
 	$(BIN)/pytest tests/unit -n $(WORKERS)
-	$(BIN)/pytest tests/notebooks tests/conformance tests/ray tests/integration tests/standard \
-	  -m 'not soak and not slow' -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	$(BIN)/pytest tests/integration tests/standard tests/conformance tests/notebooks tests/ray \
+	  -m 'not soak and not slow' -n $(WORKERS) --dist loadfile --durations=25
 	$(BIN)/python benchmarks/figures.py --check
 	$(BIN)/mkdocs build --strict --quiet
 

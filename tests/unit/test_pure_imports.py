@@ -33,7 +33,6 @@ PURE_DIRS = [
     "remote",
     "engine/embedding",
     "testing",
-    "ray",
 ]
 PURE_FILES = [
     "__init__.py",
