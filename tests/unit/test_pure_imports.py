@@ -33,6 +33,7 @@ PURE_DIRS = [
     "remote",
     "engine/embedding",
     "testing",
+    "ray",
 ]
 PURE_FILES = [
     "__init__.py",
