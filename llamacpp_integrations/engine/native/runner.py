@@ -22,13 +22,14 @@ from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry
 from ..config import EngineConfig, LoraAdapter, WeightsKey
 from .llama_log import ROUTER
-from .tuning import tune_context
+from .tuning import cpu_advertises_amx, tune_context
 
 __all__ = [
     "DecodeStatus",
     "GenerationContext",
     "LoadedModel",
     "NativeContext",
+    "cpu_advertises_amx",
     "init_backend",
     "tokenize",
 ]
@@ -70,19 +71,6 @@ def tokenize(vocab: Any, text: str, *, add_special: bool, parse_special: bool) -
         if n >= 0:
             return list(out[:n])
         capacity = -n  # too small: llama.cpp says how many tokens there are
-
-
-def cpu_advertises_amx() -> bool:
-    """True where /proc/cpuinfo lists Intel AMX tiles.
-
-    ggml's AMX matmul (an "extra buffer type") crashes with SIGSEGV on multi-token batches on such
-    virtual machines (seen on this project's CI kind), so weight repacking is off there by default.
-    """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            return any("amx_tile" in line for line in cpuinfo if line.startswith("flags"))
-    except OSError:
-        return False
 
 
 class LoadedModel:
@@ -331,6 +319,16 @@ class GenerationContext(NativeContext):
             model, tuning, n_ctx=n_cells, n_batch=n_batch, n_seq_max=n_seq_max, n_threads=n_threads
         )
         self._n_vocab = model.n_vocab
+        # The batch's arrays, looked up once: each attribute read builds a new ctypes pointer.
+        batch = self._batch
+        self._fields = (
+            batch.token,
+            batch.pos,
+            batch.n_seq_id,
+            [batch.seq_id[i] for i in range(n_batch)],
+            batch.logits,
+        )
+        self._views: dict[int, npt.NDArray[np.float32]] = {}  # logits rows by address
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -344,34 +342,54 @@ class GenerationContext(NativeContext):
         Returns ``DecodeStatus.OK`` or ``DecodeStatus.NO_KV_SLOT`` (the cache is then unchanged);
         any other code raises ``EngineError``.
         """
-        batch = self._batch
+        total = sum(len(entry.tokens) for entry in entries)
+        if total > self.n_batch:  # checked first: the batch's arrays hold n_batch tokens
+            raise EngineError(f"internal: batch of {total} tokens exceeds n_batch={self.n_batch}")
+        token, pos, n_seq_id, seq_ids, logits = self._fields
         n = 0
         for entry in entries:
-            last = len(entry.tokens) - 1
-            every = entry.logits_all
+            tokens = entry.tokens
+            seq_id, start, every = entry.seq_id, entry.start_pos, entry.logits_all
             entry.first_index = n
-            for offset, token in enumerate(entry.tokens):
-                batch.token[n] = token
-                batch.pos[n] = entry.start_pos + offset
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = entry.seq_id
-                batch.logits[n] = every or (entry.logits_last and offset == last)
+            for offset, value in enumerate(tokens):
+                token[n] = value
+                pos[n] = start + offset
+                n_seq_id[n] = 1
+                seq_ids[n][0] = seq_id
+                logits[n] = every
                 n += 1
-            entry.logits_index = n - 1 if entry.logits_last else -1
+            if entry.logits_last:
+                if tokens:
+                    logits[n - 1] = True
+                entry.logits_index = n - 1
+            else:
+                entry.logits_index = -1
         if n == 0:
             return DecodeStatus.OK
-        if n > self.n_batch:
-            raise EngineError(f"internal: batch of {n} tokens exceeds n_batch={self.n_batch}")
+        batch = self._batch
         batch.n_tokens = n
-        code = int(llama_cpp.llama_decode(self._ctx, batch))
+        code = self._run(batch)
         if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
             return code
         raise EngineError(f"llama_decode failed with code {code}")
 
+    def _run(self, batch: Any) -> int:
+        """``llama_decode`` of the filled batch; its return code (a test seam: the engine's
+        overhead benchmark replaces it, ``fixed_logits.py``)."""
+        return int(llama_cpp.llama_decode(self._ctx, batch))
+
     def logits_view(self, index: int) -> npt.NDArray[np.float32]:
         """The logits row ``index`` of the last decode, without copying (valid until the next)."""
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        address = ctypes.addressof(ptr.contents) if ptr else 0
+        view = self._views.get(address)
+        if view is None:
+            if not address:
+                raise EngineError(f"internal: no logits at row {index} of the last decode")
+            # One view per row address, made once: llama.cpp keeps its output buffer between
+            # decodes (a row it hands out is valid memory, in whichever buffer it lies now).
+            view = self._views[address] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        return view
 
     def remove(self, seq_id: int, start: int = 0) -> bool:
         """Drop the sequence's cells from position ``start`` on; False if that part can't go."""

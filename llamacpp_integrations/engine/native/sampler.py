@@ -5,6 +5,13 @@ costs far more than a decode step, so (as llama.cpp's own sampling helper does) 
 token first and only that token is checked against the grammar; the whole vocabulary is filtered
 by the grammar only when the pick is rejected, and the chain then picks again among what is left.
 Penalties see only what this request generated (the prompt is not fed to them).
+
+A greedy request that no penalty or bias changes builds no chain: its token is the first largest
+logit, read from the row in place, which is what llama.cpp's greedy sampler picks (it too keeps
+the first of equal maxima). Sampled requests keep llama.cpp's chain fed by
+``llama_sampler_sample``, which copies the row into a buffer the chain owns and, with a
+``top_k`` of up to 128, partially sorts it once; selecting the top candidates in numpy first
+(``argpartition``) was measured several times slower than that, so it is not done here.
 """
 
 from __future__ import annotations
@@ -39,12 +46,16 @@ class SamplerChain:
         grammar_triggers: Sequence[str] = (),
         request_id: str | None = None,
     ) -> None:
-        chain_params = llama_cpp.llama_sampler_chain_default_params()
-        chain_params.no_perf = True
-        self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
+        self._chain: Any = None
         self._grammar = None
+        # Greedy with nothing that changes the logits: the argmax of the row, no chain at all.
+        self._argmax = params.greedy and not params.logit_bias and not _penalties_on(params)
         try:
-            self._build(model, params)
+            if not self._argmax:
+                chain_params = llama_cpp.llama_sampler_chain_default_params()
+                chain_params.no_perf = True
+                self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
+                self._build(model, params)
             if grammar is not None:
                 self._grammar = _init_grammar(model, grammar, grammar_triggers)
                 if not self._grammar:
@@ -53,10 +64,9 @@ class SamplerChain:
                         "the debug log of 'llamacpp_integrations.llama_cpp')",
                         request_id=request_id,
                     )
+                self._ids = np.arange(model.n_vocab, dtype=np.int32)
                 self._candidates = np.empty(model.n_vocab, dtype=_TOKEN_DATA)
-                self._candidates["id"] = np.arange(model.n_vocab, dtype=np.int32)
                 self._one = np.empty(1, dtype=_TOKEN_DATA)
-                self._n_vocab = model.n_vocab
         except BaseException:
             self.close()
             raise
@@ -74,12 +84,7 @@ class SamplerChain:
                 slot.token = token
                 slot.bias = bias
             self._add(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(items), array))
-        penalties_on = (
-            params.repeat_penalty != 1.0
-            or params.presence_penalty != 0.0
-            or params.frequency_penalty != 0.0
-        )
-        if penalties_on and params.penalty_last_n != 0:
+        if _penalties_on(params):
             self._add(
                 llama_cpp.llama_sampler_init_penalties(
                     model.n_vocab,
@@ -104,14 +109,21 @@ class SamplerChain:
 
     def sample(self, context: GenerationContext, logits_index: int) -> int:
         """Pick (and accept) the next token from row ``logits_index`` of the last decode."""
-        if self._grammar is None:
+        if self._argmax:
+            logits = context.logits_view(logits_index)
+            token = int(logits.argmax())
+            if self._grammar is None:
+                return token
+        elif self._grammar is None:
             return int(llama_cpp.llama_sampler_sample(self._chain, context.handle, logits_index))
-        logits = context.logits_view(logits_index)
-        token = self._pick(logits, through_grammar=False)
+        else:
+            logits = context.logits_view(logits_index)
+            token = self._pick(logits, through_grammar=False)
         if not self._grammar_allows(token, float(logits[token])):
             token = self._pick(logits, through_grammar=True)
         llama_cpp.llama_sampler_accept(self._grammar, token)
-        llama_cpp.llama_sampler_accept(self._chain, token)
+        if self._chain is not None:
+            llama_cpp.llama_sampler_accept(self._chain, token)
         return token
 
     def force(self, token: int) -> bool:
@@ -121,16 +133,19 @@ class SamplerChain:
             if not self._grammar_allows(token, 0.0):
                 return False
             llama_cpp.llama_sampler_accept(self._grammar, token)
-        llama_cpp.llama_sampler_accept(self._chain, token)
+        if self._chain is not None:
+            llama_cpp.llama_sampler_accept(self._chain, token)
         return True
 
     def _pick(self, logits: np.ndarray, *, through_grammar: bool) -> int:
         candidates = self._candidates
         candidates["logit"] = logits
-        candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)  # the chain may sort
+        candidates["id"] = self._ids  # the chain may have sorted them
         array = _as_token_data_array(candidates)
         if through_grammar:
             llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(array))
+        if self._chain is None:  # greedy: the first largest logit the grammar left
+            return int(candidates["logit"].argmax())
         llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(array))
         return int(candidates["id"][array.selected])
 
@@ -150,6 +165,15 @@ class SamplerChain:
             if sampler:
                 llama_cpp.llama_sampler_free(sampler)
                 setattr(self, name, None)
+
+
+def _penalties_on(params: SamplingParams) -> bool:
+    """Whether a penalty sampler would change any logit."""
+    return params.penalty_last_n != 0 and (
+        params.repeat_penalty != 1.0
+        or params.presence_penalty != 0.0
+        or params.frequency_penalty != 0.0
+    )
 
 
 def _init_grammar(model: LoadedModel, grammar: str, triggers: Sequence[str]) -> Any:

@@ -8,7 +8,7 @@ import llama_cpp
 
 from ..config import EngineConfig
 
-__all__ = ["tune_context"]
+__all__ = ["cpu_advertises_amx", "tune_context"]
 
 _GGML_TYPES = {
     "f32": llama_cpp.GGML_TYPE_F32,
@@ -52,3 +52,16 @@ def tune_context(params: Any, config: EngineConfig | None, *, kv_types: bool) ->
             setattr(params, name, value)
     if config.yarn_orig_ctx is not None:
         params.yarn_orig_ctx = config.yarn_orig_ctx
+
+
+def cpu_advertises_amx() -> bool:
+    """True where /proc/cpuinfo lists Intel AMX tiles.
+
+    ggml's AMX matmul (an "extra buffer type") crashes with SIGSEGV on multi-token batches on such
+    virtual machines (seen on this project's CI kind), so weight repacking is off there by default.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            return any("amx_tile" in line for line in cpuinfo if line.startswith("flags"))
+    except OSError:
+        return False

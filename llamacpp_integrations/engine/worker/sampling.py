@@ -57,6 +57,10 @@ class Sampling:
         self.scheduler = scheduler
         self.speculation = speculation
         self.n_ctx_per_seq = n_ctx_per_seq
+        # What llama.cpp says of a token never changes: asked once per token (two ctypes calls
+        # a token otherwise), kept for the engine's life (at most the vocabulary).
+        self._eog: dict[int, bool] = {}
+        self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})  # by ``special``
 
     def drafts(self, actives: Mapping[str, ActiveRequest]) -> dict[int, list[int]]:
         """This step's drafts by slot id, from the sequences that speculate."""
@@ -117,7 +121,7 @@ class Sampling:
         request = active.prepared
         if active.first_token_at is None:
             active.first_token_at = now
-        if self.model.is_eog(token) and not request.ignore_eos:
+        if self._is_eog(token) and not request.ignore_eos:
             return Ending(active, "stop")
         logprob = None
         if request.logprobs is not None:
@@ -128,7 +132,10 @@ class Sampling:
                 request.logprobs,
                 special=request.special,
             )
-        piece = self.model.token_to_piece(token, special=request.special)
+        pieces = self._pieces[request.special]
+        piece = pieces.get(token)
+        if piece is None:
+            piece = pieces[token] = self.model.token_to_piece(token, special=request.special)
         ended = active.take(token, piece, logprob)
         if ended is not None:
             return Ending(active, ended)
@@ -147,7 +154,7 @@ class Sampling:
         for i in range(len(draft) + 1):
             token = active.sampler.sample(context, entry.first_index + i)
             sampled.append(token)
-            if i == len(draft) or token != draft[i] or self.model.is_eog(token):
+            if i == len(draft) or token != draft[i] or self._is_eog(token):
                 break
         # Settled before the tokens are taken: once the request ends, the stats are published,
         # and a caller that sees the request gone then sees its drafts too.
@@ -165,6 +172,12 @@ class Sampling:
                 return Ending(active, "error", EngineError("could not drop rejected draft cells"))
             self.scheduler.rollback(seq, n_keep)
         return None if _send(active) else Ending(active, "cancelled")
+
+    def _is_eog(self, token: int) -> bool:
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = self.model.is_eog(token)
+        return eog
 
     @cached_property
     def _logprobs(self) -> LogprobComputer:

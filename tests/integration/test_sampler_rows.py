@@ -1,0 +1,67 @@
+"""The greedy shortcut of ``SamplerChain`` on made-up logits rows (no model, no decode).
+
+Greedy with nothing that changes the logits builds no llama.cpp chain and keeps the first of
+equal maxima, as llama.cpp's greedy sampler does; the row is read in place, never copied.
+``tests/integration/test_sampling_paths.py`` checks it against the chain on real models.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import numpy.typing as npt
+
+from llamacpp_integrations.engine import SamplingParams
+from llamacpp_integrations.engine.native.fixed_logits import fixed_logits
+from llamacpp_integrations.engine.native.sampler import SamplerChain
+
+
+class Rows:
+    """A context whose logits rows are given arrays (what ``logits_view`` answers)."""
+
+    def __init__(self, *rows: npt.NDArray[np.float32]) -> None:
+        self.rows = rows
+        self.read: list[int] = []
+
+    def logits_view(self, index: int) -> npt.NDArray[np.float32]:
+        self.read.append(index)
+        return self.rows[index]
+
+
+def _sampler(params: SamplingParams, n_vocab: int = 8) -> SamplerChain:
+    return SamplerChain(SimpleNamespace(n_vocab=n_vocab), params)  # type: ignore[arg-type]
+
+
+def test_greedy_picks_the_first_of_equal_maxima() -> None:
+    row = np.array([0.5, 2.0, -1.0, 2.0, 2.0, 0.0, 1.0, 1.5], dtype=np.float32)
+    sampler = _sampler(SamplingParams(temperature=0.0))
+    context = Rows(row, row[::-1].copy())
+    assert sampler.sample(context, 0) == 1  # type: ignore[arg-type]
+    assert sampler.sample(context, 1) == 3  # type: ignore[arg-type]
+    assert context.read == [0, 1]
+    sampler.close()
+
+
+def test_greedy_reads_the_row_without_a_chain() -> None:
+    row = fixed_logits(49152)
+    sampler = _sampler(SamplingParams(temperature=0.0), n_vocab=len(row))
+    assert sampler.sample(Rows(row), 0) == int(np.argmax(row))  # type: ignore[arg-type]
+    assert not row.flags.writeable  # read in place: a copy would not need the row writable
+    assert sampler.force(3)  # a forced token needs no chain either
+    sampler.close()
+
+
+def test_penalties_and_bias_keep_the_chain() -> None:
+    """Greedy with a penalty or a bias runs llama.cpp's chain: it reads llama.cpp's own logits
+    buffer, not ``logits_view`` (a made-up row would not be seen)."""
+    for params in (
+        SamplingParams(temperature=0.0, repeat_penalty=1.1),
+        SamplingParams(temperature=0.0, logit_bias={1: -5.0}),
+    ):
+        sampler = _sampler(params)
+        assert sampler._chain is not None
+        sampler.close()
+    plain = _sampler(SamplingParams(temperature=0.0, repeat_penalty=1.1, penalty_last_n=0))
+    assert plain._chain is None  # penalties over no tokens change nothing
+    plain.close()
