@@ -3,7 +3,10 @@
 The worker puts events (``StreamChunk``, embedding results, or an exception) into a channel; the
 caller reads them from a thread (blocking queue) or from asyncio (an ``asyncio.Queue`` fed with
 ``loop.call_soon_threadsafe``, so the event loop is never blocked). Nothing else is shared between
-the two sides. Dropping a handle before its request ends cancels the request, like a closed
+the two sides. Every channel of one event loop posts through that loop's ``_LoopPost``: events
+put while the loop has not yet taken the previous ones go with them, so a step of many streams
+wakes the loop once, not once per stream, and a caller that fell behind gets its tokens in one
+turn. Dropping a handle before its request ends cancels the request, like a closed
 connection would on a server.
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from ..errors import EngineClosedError, RequestCancelledError
@@ -26,25 +31,22 @@ class EventChannel:
     """One-way, thread-safe delivery of a request's events from the worker to its caller."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._loop = loop
         self._sync: queue.SimpleQueue[object] | None = None
         self._async: asyncio.Queue[object] | None = None
+        self._post: _LoopPost | None = None
         if loop is None:
             self._sync = queue.SimpleQueue()
         else:
             self._async = asyncio.Queue()
+            self._post = _LoopPost.of(loop)
 
     def put(self, event: object) -> bool:
         """Deliver an event (worker side). False when the receiving event loop is gone."""
         if self._sync is not None:
             self._sync.put(event)
             return True
-        assert self._loop is not None and self._async is not None
-        try:
-            self._loop.call_soon_threadsafe(self._async.put_nowait, event)
-        except RuntimeError:  # the loop was closed: nobody will ever read this
-            return False
-        return True
+        assert self._post is not None and self._async is not None
+        return self._post.put(self._async, event)
 
     @classmethod
     def for_loop(cls) -> EventChannel:
@@ -68,6 +70,55 @@ class EventChannel:
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)
         return _worker_gone()
+
+
+class _LoopPost:
+    """What the worker hands to one event loop: queued events, delivered in one callback.
+
+    Only the first event put after a delivery schedules one (``call_soon_threadsafe`` writes to
+    the loop's wake-up pipe, a system call); the rest join it in order.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Queue[object], object]] = []
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopPost:
+        with _POSTS_LOCK:
+            post = _POSTS.get(loop)
+            if post is None:
+                post = _POSTS[loop] = cls(loop)
+            return post
+
+    def put(self, target: asyncio.Queue[object], event: object) -> bool:
+        """Queue ``event`` for ``target``; False when the loop is closed (nobody will read)."""
+        if self._loop.is_closed():
+            return False
+        with self._lock:
+            self._items.append((target, event))
+            if len(self._items) > 1:
+                return True  # a delivery is already scheduled and will take it
+        try:
+            self._loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # closed meanwhile
+            with self._lock:
+                self._items.clear()
+            return False
+        return True
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for target, event in items:
+            target.put_nowait(event)
+
+
+_POSTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPost] = (
+    weakref.WeakKeyDictionary()
+)
+_POSTS_LOCK = threading.Lock()
 
 
 def _polls(alive: Callable[[], bool]) -> Iterator[None]:

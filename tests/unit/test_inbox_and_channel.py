@@ -107,3 +107,43 @@ def test_a_channel_answers_for_a_dead_worker() -> None:
 
     event, dead = asyncio.run(aget())
     assert event == "event" and isinstance(dead, EngineClosedError)
+
+
+def test_a_loops_channels_share_one_wake_up_per_burst() -> None:
+    """Events put from another thread while the loop is busy reach every channel in order,
+    delivered by one callback (one write to the loop's wake-up pipe), not one per event."""
+
+    async def run() -> tuple[list[list[object]], int]:
+        loop = asyncio.get_running_loop()
+        wakes: list[int] = []
+        schedule = loop.call_soon_threadsafe
+
+        def counted(callback: object, *args: object) -> asyncio.Handle:
+            wakes.append(1)
+            return schedule(callback, *args)  # type: ignore[arg-type]
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        channels = [EventChannel.for_loop() for _ in range(4)]
+
+        def worker() -> None:  # the loop is blocked in join() meanwhile: it is behind
+            for step in range(3):
+                for index, channel in enumerate(channels):
+                    assert channel.put((index, step))
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        got = [[await c.aget(lambda: True) for _ in range(3)] for c in channels]
+        return got, len(wakes)
+
+    got, wakes = asyncio.run(run())
+    assert got == [[(i, s) for s in range(3)] for i in range(4)]
+    assert wakes == 1
+
+
+def test_a_closed_loops_channel_refuses_events() -> None:
+    loop = asyncio.new_event_loop()
+    channel = EventChannel(loop)
+    assert channel.put("queued")
+    loop.close()
+    assert not channel.put("late")

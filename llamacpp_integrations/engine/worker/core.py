@@ -61,6 +61,7 @@ from .stats import StatsBoard, snapshot
 __all__ = ["EngineCore"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
+_PUBLISH_EVERY_S = 0.005  # the most often a step publishes stats: each asks about every slot
 
 
 class EngineCore:
@@ -104,7 +105,7 @@ class EngineCore:
             on_cpu=model.n_gpu_layers == 0,
         )
         self.closing = False
-        self.steps = 0
+        self.steps, self._published_at = 0, 0.0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
         # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
@@ -159,7 +160,8 @@ class EngineCore:
         if chatting:
             start = time.perf_counter()
             self._step()
-            self.publish()
+            if start - self._published_at >= _PUBLISH_EVERY_S:  # what ends a request publishes
+                self.publish()
             self.embeds.chat_stepped(time.perf_counter() - start)
         self.embeds.step(chatting=chatting)
 
@@ -186,6 +188,7 @@ class EngineCore:
 
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
+        self._published_at = time.perf_counter()
         self.board.latest = snapshot(
             self.scheduler, self.cells, self.speculation, running=len(self.active), steps=self.steps
         )
