@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-overhead bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -142,6 +142,15 @@ bench-fairness: models $(LLAMA_SERVER)
 bench-lifecycle: models
 	$(BIN)/python benchmarks/lifecycle_rss.py --json benchmarks/results/lifecycle_rss.json
 
+# The engine's own cost: steps with the decode replaced by a no-op at 1, 16 and 64 sequences, and
+# the share of a real step outside llama_decode (bench-overhead); one stream's time per token by
+# phase (bench-profile). Both are rendered in docs/performance.md.
+bench-overhead: models
+	$(BIN)/python benchmarks/bench_overhead.py --json $(RESULTS)/overhead.json
+
+bench-profile: models
+	$(BIN)/python benchmarks/step_profile.py --json $(RESULTS)/step_profile.json
+
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
 # About 45 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
@@ -163,6 +172,8 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
 	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER) --json $(RESULTS)/prefill_fairness.json
+	$(BIN)/python benchmarks/bench_overhead.py --json $(RESULTS)/overhead.json
+	$(BIN)/python benchmarks/step_profile.py --json $(RESULTS)/step_profile.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+# The engine's own cost per step (docs/performance.md), kept in a module of their own.
+from engine_tables import engine_overhead, step_profile_phases  # noqa: F401
+
 Results = Mapping[str, Any]
 
 

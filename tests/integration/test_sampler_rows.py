@@ -1,4 +1,5 @@
-"""The greedy shortcut of ``SamplerChain`` on made-up logits rows (no model, no decode).
+"""The greedy shortcut of ``SamplerChain`` on made-up logits rows (no decode), and the no-op
+decode seam of the overhead benchmark.
 
 Greedy with nothing that changes the logits builds no llama.cpp chain and keeps the first of
 equal maxima, as llama.cpp's greedy sampler does; the row is read in place, never copied.
@@ -7,14 +8,23 @@ equal maxima, as llama.cpp's greedy sampler does; the row is read in place, neve
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
-from llamacpp_integrations.engine import SamplingParams
-from llamacpp_integrations.engine.native.fixed_logits import fixed_logits
+from llamacpp_integrations.engine import (
+    ChatMessage,
+    ChatRequest,
+    Engine,
+    EngineConfig,
+    SamplingParams,
+)
+from llamacpp_integrations.engine.native.fixed_logits import FixedLogitsContext, fixed_logits
 from llamacpp_integrations.engine.native.sampler import SamplerChain
+from llamacpp_integrations.engine.worker import cells
 
 
 class Rows:
@@ -65,3 +75,24 @@ def test_penalties_and_bias_keep_the_chain() -> None:
     plain = _sampler(SamplingParams(temperature=0.0, repeat_penalty=1.1, penalty_last_n=0))
     assert plain._chain is None  # penalties over no tokens change nothing
     plain.close()
+
+
+def test_the_no_op_decode_seam_runs_the_whole_engine(
+    smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FixedLogitsContext`` in place of the generation context (what
+    ``benchmarks/bench_overhead.py`` does): every stream gets the fixed row's argmax, token
+    after token, and no ``llama_decode`` runs."""
+    monkeypatch.setattr(cells, "GenerationContext", FixedLogitsContext)
+    config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=256)
+    with Engine(config) as engine:
+        request = ChatRequest(
+            messages=[ChatMessage(role="user", content="Hi")],
+            sampling=SamplingParams(temperature=0.0),
+            max_tokens=12,
+            ignore_eos=True,
+        )
+        handles = [engine.submit(request) for _ in range(4)]
+        answers = [handle.result() for handle in handles]
+        expected = int(np.argmax(fixed_logits(engine.info.n_vocab)))
+    assert all(answer.token_ids == (expected,) * 12 for answer in answers)
