@@ -86,13 +86,16 @@ def test_the_no_op_decode_seam_runs_the_whole_engine(
     monkeypatch.setattr(cells, "GenerationContext", FixedLogitsContext)
     config = EngineConfig(model=str(smollm_path), n_seq_max=4, n_ctx_per_seq=256)
     with Engine(config) as engine:
-        request = ChatRequest(
-            messages=[ChatMessage(role="user", content="Hi")],
-            sampling=SamplingParams(temperature=0.0),
-            max_tokens=12,
-            ignore_eos=True,
-        )
-        handles = [engine.submit(request) for _ in range(4)]
+        requests = [
+            ChatRequest(
+                messages=[ChatMessage(role="user", content=f"Hi {i}")],
+                sampling=SamplingParams(temperature=0.0),
+                max_tokens=12,
+                ignore_eos=True,
+            )
+            for i in range(4)
+        ]
+        handles = [engine.submit(request) for request in requests]
         answers = [handle.result() for handle in handles]
         expected = int(np.argmax(fixed_logits(engine.info.n_vocab)))
     assert all(answer.token_ids == (expected,) * 12 for answer in answers)
