@@ -1,5 +1,6 @@
 """Ray Data batch jobs on a local cluster (the session's ``ray_cluster``): two actors embed a
-corpus into the vectors the in-process adapter gives, structured extraction with SmolLM2 gives
+corpus into the vectors the in-process adapter gives, a reranker's rows get the scores the
+engine gives in-process, structured extraction with SmolLM2 gives
 a schema-valid value or a typed error for every row, and bad rows (an oversized prompt, a
 broken image) fail alone, every row coming out once, in order."""
 
@@ -14,9 +15,11 @@ import pytest
 from PIL import Image
 from pydantic import BaseModel, ValidationError
 
+from llamacpp_integrations.engine import Engine
 from llamacpp_integrations.langchain import LlamaCppEmbeddings
-from llamacpp_integrations.ray import EmbedBatches, GenerateBatches
+from llamacpp_integrations.ray import EmbedBatches, GenerateBatches, RerankBatches
 from tests.builders.tiny_draft import build_tiny_draft
+from tests.builders.tiny_encoder import build_tiny_encoder
 
 ray = pytest.importorskip("ray")
 
@@ -54,12 +57,14 @@ def _corpus(count: int) -> list[str]:
     return texts[:count]
 
 
-def _run(items: list[dict[str, Any]], job: type, batch_size: int, **kwargs: Any) -> list[Any]:
+def _run(
+    items: list[dict[str, Any]], job: type, batch_size: int, actors: int = 2, **kwargs: Any
+) -> list[Any]:
     dataset = ray.data.from_items(items).map_batches(
         job,
         fn_constructor_kwargs=kwargs,
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=2),
+        compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=1,
     )
     rows: list[Any] = dataset.take_all()
@@ -108,6 +113,31 @@ def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone
     )
     assert cosines.min() > 0.99
     assert np.median(cosines) > 0.9999
+
+
+def test_rerank_rows_score_as_the_engine_does_and_a_missing_document_fails_alone(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    del ray_cluster
+    reranker = build_tiny_encoder(tmp_path / "tiny-reranker.gguf", reranker=True)
+    queries = ["what is the river", "blue sky", "a cat"]
+    documents = ["the river runs to the sea", "bread of copper", "a blue sky", "owl", "fish"]
+    items: list[dict[str, Any]] = [
+        {"query": q, "document": d} for q in queries for d in documents
+    ]  # grouped by query, as the batch job scores them: one call per query
+    items[7]["document"] = None
+    rows = _run(items, RerankBatches, 6, actors=1, model=str(reranker), n_threads=1)
+
+    assert [(row["query"], row["document"]) for row in rows] == [
+        (item["query"], item["document"]) for item in items
+    ]
+    assert rows[7]["score"] is None
+    assert rows[7]["error"].startswith("InvalidRequestError: column 'document' holds a missing")
+    with Engine(model=str(reranker), n_threads=1) as local:
+        for query in queries:
+            mine = [row for row in rows if row["query"] == query and row["error"] is None]
+            expected = local.rerank(query, [row["document"] for row in mine])
+            assert [row["score"] for row in mine] == pytest.approx(expected, abs=1e-5)
 
 
 class Legs(BaseModel):
