@@ -1,8 +1,8 @@
 """Ray Data batch jobs on a local cluster (the session's ``ray_cluster``): two actors embed a
 corpus into the vectors the in-process adapter gives, a reranker's rows get the scores the
-engine gives in-process, structured extraction with SmolLM2 gives
-a schema-valid value or a typed error for every row, and bad rows (an oversized prompt, a
-broken image) fail alone, every row coming out once, in order."""
+engine gives in-process, structured extraction with SmolLM2 gives a schema-valid value or a
+typed error for every row, and bad rows (an oversized prompt, a broken image) fail alone,
+every row coming out once, in order."""
 
 from __future__ import annotations
 
