@@ -22,10 +22,10 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import InvalidRequestError, UnknownAdapterError
 from ..models import resolve_model_path
@@ -34,7 +34,17 @@ from .config_values import LoraAdapter
 if TYPE_CHECKING:
     from .worker.inbox import Inbox
 
-__all__ = ["LoraInfo", "LoraKey", "LoraServing", "LoraTable", "lora_key"]
+__all__ = [
+    "LoraInfo",
+    "LoraKey",
+    "LoraServing",
+    "LoraTable",
+    "by_adapters",
+    "lora_key",
+    "only_under",
+]
+
+K = TypeVar("K", bound=Hashable)
 
 LoraKey = tuple[tuple[str, float], ...]
 """The adapters a row is decoded with: ``(file, scale)`` pairs by file, no zero scales."""
@@ -48,6 +58,23 @@ def lora_key(pairs: Iterable[tuple[str, float]]) -> LoraKey:
         if scale != 0.0:
             scales.setdefault(path, float(scale))
     return tuple(sorted(scales.items()))
+
+
+def only_under(
+    shared: Mapping[K, int], lora: LoraKey, made_with: Mapping[K, LoraKey], others: LoraKey
+) -> dict[K, int]:
+    """A prefix index's lookup (``shared``: tokens in common, by key) with the keys whose
+    cells were made with other adapters than ``lora`` sharing nothing; ``made_with``: the
+    adapters of the keys, ``others`` those of any key it does not name (saved prompts)."""
+    return {key: n if made_with.get(key, others) == lora else 0 for key, n in shared.items()}
+
+
+def by_adapters(loras: Sequence[LoraKey]) -> list[list[int]]:
+    """The positions of ``loras`` grouped by adapter set, each group and set in order."""
+    groups: dict[LoraKey, list[int]] = {}
+    for index, lora in enumerate(loras):
+        groups.setdefault(lora, []).append(index)
+    return list(groups.values())
 
 
 @dataclass(frozen=True)

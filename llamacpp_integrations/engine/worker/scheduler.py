@@ -12,10 +12,9 @@ block a running request holds or is reading toward.
 
 A step holds one token of every generating sequence first (so streams keep flowing), then
 whole prompt chunks of the sequences still reading their prompt, then drafts, up to ``n_batch``
-tokens in all. A step is one decode per set of LoRA adapters its rows are decoded with
-(llama.cpp sets adapters per context, ``engine/lora.py``), or in deterministic mode one
-decode per sequence, so that no sequence's rows share a batch with another's. Cells are
-shared only between requests with the same adapters: ``lookup`` hides the others.
+tokens in all. A step is one decode per set of LoRA adapters (``engine/lora.py``), or in
+deterministic mode one decode per sequence, so that no sequence's rows share a batch with
+another's; cells serve only requests with the adapters they were made with (``lookup``).
 
 Requests admitted while another is still reading a prompt that shares their beginning wait
 for its cells instead of reading that prefix themselves (in-flight sharing): a follower names
@@ -39,7 +38,7 @@ from collections.abc import Hashable, Mapping, Sequence, Set
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
-from ..lora import lora_key
+from ..lora import LoraKey, by_adapters, lora_key, only_under
 from ..prefix_index import PrefixIndex
 from .realign import realign_choice, realign_step
 from .sequences import ImageStep, Join, RealignStep, SeqState, SeqStatus, Slot, StepPlan
@@ -72,7 +71,7 @@ class Scheduler:
         deterministic: bool = False,
         prefix_sharing: bool = True,
         prefill_per_step: int | None = None,
-        disk_lora: Hashable = (),
+        disk_lora: LoraKey = (),
     ) -> None:
         # Slots under their sequence ids, prompts being read under their request ids.
         self.index: PrefixIndex[Hashable] = PrefixIndex(block=INDEX_BLOCK)
@@ -107,23 +106,13 @@ class Scheduler:
     def n_free(self) -> int:
         return sum(not slot.busy for slot in self.slots)
 
-    def lookup(self, prompt: Sequence[int], lora: Hashable = ()) -> dict[Hashable, int]:
+    def lookup(self, prompt: Sequence[int], lora: LoraKey = ()) -> dict[Hashable, int]:
         """How many leading tokens ``prompt`` shares with every key of the index: slots (by
         sequence id), prompts being read (by request id), and whatever else was put there
-        (the prompt cache's saved states). Keys whose cells are made with adapters other
-        than ``lora`` share nothing."""
-        shared = self.index.shared(prompt)
-        reading = {seq.request_id: seq.lora for seq in self.running}
-        for key in shared:
-            if isinstance(key, int):
-                made_with = self.slots[key].lora
-            elif isinstance(key, str):
-                made_with = reading.get(key)
-            else:
-                made_with = self.disk_lora
-            if made_with != lora:
-                shared[key] = 0
-        return shared
+        (saved prompts); nothing where the cells were made with other adapters than ``lora``."""
+        made_with: dict[Hashable, LoraKey] = {slot.seq_id: slot.lora for slot in self.slots}
+        made_with.update((seq.request_id, seq.lora) for seq in self.running)
+        return only_under(self.index.shared(prompt), lora, made_with, self.disk_lora)
 
     def admit(
         self,
@@ -131,7 +120,7 @@ class Scheduler:
         prompt: Sequence[int],
         image_spans: Mapping[int, int] | None = None,
         shared: Mapping[Hashable, int] | None = None,
-        lora: Hashable = (),
+        lora: LoraKey = (),
     ) -> SeqState:
         """Bind a request to a free slot, reusing the longest cached prefix of its prompt.
 
@@ -140,7 +129,7 @@ class Scheduler:
         free slot instead (``copy_from``). What is kept follows the prefill layout (at least the
         last prompt token is evaluated, an image is kept whole or not at all). The caller then
         applies the cache changes. ``shared``: ``lookup(prompt)``, when the caller made it
-        (nothing in the index changed since). ``lora``: the adapters it is decoded with.
+        (nothing in the index changed since); ``lora``: the adapters it is decoded with.
         """
         image_spans = image_spans or {}
         free = [slot for slot in self.slots if not slot.busy]
@@ -297,11 +286,9 @@ class Scheduler:
         # With one KV stream per sequence llama.cpp cuts a batch into micro-batches of
         # consecutive sequence ids: in id order the decode tokens of a step make one, not many.
         plan.entries.sort(key=lambda pair: pair[1].seq_id)
-        by_lora: dict[Hashable, list[int]] = {}
-        for index, (seq, _) in enumerate(plan.entries):
-            by_lora.setdefault(seq.lora, []).append(index)
-        groups = list(by_lora.values())
-        plan.groups = [[i] for g in groups for i in g] if self.deterministic else groups
+        indices = list(range(len(plan.entries)))
+        groups = by_adapters([seq.lora for seq, _ in plan.entries])  # a decode per adapter set
+        plan.groups = [[i] for i in indices] if self.deterministic else groups
         return plan
 
     def _join(self, seq: SeqState, plan: StepPlan) -> bool:

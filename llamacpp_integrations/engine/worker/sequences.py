@@ -8,6 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..batch import BatchEntry
+from ..lora import LoraKey
 from ..prefix_index import PrefixIndex
 
 __all__ = ["ImageStep", "Join", "RealignStep", "SeqState", "SeqStatus", "Slot", "StepPlan"]
@@ -35,7 +36,7 @@ class Slot:
     exact: int = 0
     prompt_len: int = 0
     unread: list[int] = field(default_factory=list)
-    lora: Hashable = ()
+    lora: LoraKey = ()
 
     def __post_init__(self) -> None:
         self.index.extend(self.seq_id, ())  # listed, holding nothing yet
@@ -77,7 +78,7 @@ class SeqState:
     share_until: int = 0  # positions taken from the leader's cells once they exist
     n_shared: int = 0  # prompt tokens taken from the cells of requests still running
     paused: bool = False  # its cells were given up for lack of room; reads again later
-    lora: Hashable = ()  # the adapters its rows are decoded with (``engine/lora.py``)
+    lora: LoraKey = ()  # the adapters its rows are decoded with (``engine/lora.py``)
 
     @property
     def n_past(self) -> int:
