@@ -23,6 +23,7 @@ __all__ = [
     "ChatCompletionBody",
     "CompletionBody",
     "EmbeddingBody",
+    "LoraChoice",
     "SamplingFields",
     "StreamOptions",
 ]
@@ -38,6 +39,14 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     include_usage: bool = False
+
+
+class LoraChoice(BaseModel):
+    """One entry of llama-server's per-request ``lora`` list: an adapter (its id, or here
+    also its name) and its scale (adapters left out of the list get 0)."""
+
+    id: int | str
+    scale: float = 0.0
 
 
 class SamplingFields(BaseModel):
@@ -61,6 +70,7 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     grammar: str | None = None
+    lora: list[LoraChoice] | None = None
 
 
 class ChatCompletionBody(SamplingFields):
