@@ -142,6 +142,8 @@ class Engine:
             n_gpu_layers=model.n_gpu_layers,
             context_reason=self.context_choice.reason,
             placement=loaded_placement(config, gguf, self._host.offload, self.context_choice),
+            vision_encoder=vision is None or vision.supports_vision,
+            audio_sample_rate=None if vision is None else vision.audio_sample_rate,
         )
         self._model = model
         self._media_marker = None if vision is None else vision.marker

@@ -3,7 +3,7 @@
 `build_tiny_audio_projector` writes, with `gguf.GGUFWriter` and numpy only, an Ultravox-type
 audio projector that libmtmd (the llama.cpp build bundled with llama-cpp-python 0.3.36) loads
 beside a text model whose input embedding width is `n_embd` (576: SmolLM2-135M). The file is
-about 1 MiB; `mtmd_support_audio` is true for it and `mtmd_get_audio_sample_rate` is 16000.
+about 1.5 MiB; `mtmd_support_audio` is true for it and `mtmd_get_audio_sample_rate` is 16000.
 
 What it proves, and what it cannot
 ----------------------------------
@@ -21,9 +21,10 @@ puts no marker text around the audio embeddings, so it works beside any text mod
 Shape
 -----
 Whisper's preprocessor gives 3000 mel frames per 30-second chunk (a shorter clip is padded to
-one chunk); the second convolution halves them to 1500 positions, and stacking by 4 gives
-**375 audio embeddings per chunk**. (With a stack factor that does not divide 1500, clip.cpp's
-token count and its graph disagree by one, so 4 it is.) Encoder: 16 mel bins, width 32,
+one chunk); the second convolution halves them to 1500 positions, and stacking them by 60
+gives **25 audio embeddings per chunk** (real Ultravox stacks by 8: 187 per chunk; few
+embeddings keep the tests' prompts short). The stack factor must divide 1500: otherwise
+clip.cpp's token count and its graph disagree by one. Encoder: 16 mel bins, width 32,
 2 heads, feed-forward 64, one layer; Ultravox head: RMS norm, a SwiGLU layer (hidden 64), RMS
 norm, projection to `n_embd`.
 
@@ -39,7 +40,7 @@ Tensors (numpy shapes; ggml's `ne` is the reverse)
 ``a.position_embd.weight`` (1500, 32); per layer ``a.blk.0.attn_{q,v,out}.{weight,bias}``,
 ``attn_k.weight`` (Whisper's key has no bias; the graph asserts it), ``ln1``/``ln2``,
 ``ffn_up`` (64, 32), ``ffn_down`` (32, 64) with biases; ``a.post_ln``; ``mm.a.norm_pre.weight``
-(128,), ``mm.a.mlp.1.weight`` (128, 128), ``mm.a.norm_mid.weight`` (64,),
+(1920,), ``mm.a.mlp.1.weight`` (128, 1920), ``mm.a.norm_mid.weight`` (64,),
 ``mm.a.mlp.2.weight`` (n_embd, 64).
 """
 
@@ -54,7 +55,7 @@ from gguf import GGUFWriter
 SAMPLE_RATE = 16000
 """The rate libmtmd resamples every clip to for this projector (Whisper's)."""
 
-TOKENS_PER_CHUNK = 375
+TOKENS_PER_CHUNK = 25
 """Audio embeddings per 30-second chunk (a shorter clip is one chunk)."""
 
 _N_MEL = 16
@@ -62,7 +63,7 @@ _WIDTH = 32
 _N_HEAD = 2
 _N_FF = 64
 _N_POS = 1500  # positions after the stride-2 convolution, per 3000-frame chunk
-_STACK = 4
+_STACK = 60
 _HIDDEN = 64
 
 
@@ -148,7 +149,7 @@ def _zeros(n: int) -> np.ndarray:
 def cached_tiny_audio_projector(n_embd: int = 576) -> Path:
     """`build_tiny_audio_projector`'s file, built once into `.cache/projectors`."""
     folder = Path(__file__).resolve().parents[2] / ".cache" / "projectors"
-    path = folder / f"tiny-ultravox-{n_embd}.gguf"
+    path = folder / f"tiny-ultravox-s60-{n_embd}.gguf"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.part")
