@@ -206,7 +206,11 @@ def _bos(engine: Engine, template: str | None) -> Finding:
 def _projector(engine: Engine) -> Finding:
     if engine.info.mmproj is None:
         return Finding("images", "info", "no projector: text only (pass --mmproj for images)")
-    return Finding("images", "ok", f"projector {engine.info.mmproj}")
+    reads = [
+        *(["images"] if engine.info.supports_images else []),
+        *([f"audio at {engine.info.audio_sample_rate} Hz"] if engine.info.supports_audio else []),
+    ]
+    return Finding("media", "ok", f"projector {engine.info.mmproj} ({', '.join(reads)})")
 
 
 def _context(engine: Engine) -> Finding:

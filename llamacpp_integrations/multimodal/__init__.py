@@ -25,9 +25,13 @@ from .audio import (
     DEFAULT_AUDIO_TYPES,
     AudioLimits,
     AudioSource,
+    MediaReader,
     aload_audio,
     audio_reader_for,
+    input_audio_source,
     load_audio,
+    media_reader_for,
+    read_audio,
 )
 from .decode import LoadedImage
 from .loading import ImageSource, aload_image, image_reader_for, load_image
@@ -48,10 +52,14 @@ __all__ = [
     "ImagePolicy",
     "ImageSource",
     "LoadedImage",
+    "MediaReader",
     "aload_audio",
     "aload_image",
     "audio_reader_for",
     "image_reader_for",
+    "input_audio_source",
     "load_audio",
     "load_image",
+    "media_reader_for",
+    "read_audio",
 ]

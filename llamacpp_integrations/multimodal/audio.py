@@ -25,13 +25,21 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ..engine import ModelInfo
-from ..errors import AudioLoadError, ImageLoadError, InvalidRequestError
-from ..prompts.media import AudioInput
+from ..errors import (
+    AudioInputNotSupportedError,
+    AudioLoadError,
+    ImageInputNotSupportedError,
+    ImageLoadError,
+    InvalidRequestError,
+)
+from ..prompts.media import AudioInput, ImageInput
 from .audio_headers import read_header, sniff_audio
 from .fetch import fetch_url
+from .loading import image_reader_for
 from .local import read_local_file
 from .policy import DEFAULT_IMAGE_POLICY, ImagePolicy
 
@@ -40,9 +48,13 @@ __all__ = [
     "DEFAULT_AUDIO_TYPES",
     "AudioLimits",
     "AudioSource",
+    "MediaReader",
     "aload_audio",
     "audio_reader_for",
+    "input_audio_source",
     "load_audio",
+    "media_reader_for",
+    "read_audio",
 ]
 
 AudioSource = bytes | bytearray | memoryview | str | os.PathLike[str] | AudioInput
@@ -275,3 +287,81 @@ def _bare_base64_audio(text: str, limits: AudioLimits) -> bytes | None:
     if data is None:
         raise AudioLoadError("the base64 clip is invalid past its start", reason="decode-failed")
     return data
+
+
+class MediaReader:
+    """How an adapter reads a request's media for one model: called with an image source it
+    returns pixels (``load_image`` under the policy, downscaled for the projector), and
+    ``audio`` reads a clip. Each refuses, before anything is read or fetched, the kind of media
+    the model's projector does not take (``ImageInputNotSupportedError``,
+    ``AudioInputNotSupportedError``)."""
+
+    def __init__(
+        self,
+        info: ModelInfo,
+        policy: ImagePolicy,
+        limits: AudioLimits = DEFAULT_AUDIO_LIMITS,
+    ) -> None:
+        self._images = image_reader_for(info, policy)
+        self._audio = audio_reader_for(info, policy, limits)
+
+    def __call__(self, source: Any) -> ImageInput:
+        if self._images is None:
+            raise ImageInputNotSupportedError(
+                "this model's projector reads no images, so it cannot take image inputs"
+            )
+        return self._images(source)
+
+    def audio(self, source: AudioSource) -> AudioInput:
+        """The clip at ``source``, checked."""
+        if self._audio is None:
+            raise AudioInputNotSupportedError(
+                "this model has no audio projector (an mmproj with an audio encoder), so it "
+                "cannot take audio inputs"
+            )
+        return self._audio(source)
+
+
+def media_reader_for(info: ModelInfo, policy: ImagePolicy) -> MediaReader | None:
+    """The adapters' reader of media for ``info``'s model; ``None`` without a projector."""
+    if not (info.supports_images or info.supports_audio):
+        return None
+    return MediaReader(info, policy)
+
+
+def read_audio(reader: Callable[[Any], ImageInput] | None, source: AudioSource) -> AudioInput:
+    """``source`` read by an adapter's image reader when it is a ``MediaReader``; without one,
+    the model takes no audio."""
+    if not isinstance(reader, MediaReader):
+        raise AudioInputNotSupportedError(
+            "this model has no audio projector (an mmproj with an audio encoder), so it cannot "
+            "take audio inputs"
+        )
+    return reader.audio(source)
+
+
+_MIME_BY_FORMAT = {
+    "wav": "audio/wav",
+    "mp3": "audio/mpeg",
+    "mpeg": "audio/mpeg",
+    "flac": "audio/flac",
+}
+
+
+def input_audio_source(value: object, where: str) -> str:
+    """The source an OpenAI ``input_audio`` object (``{"data": base64, "format": "wav"}``)
+    names: a data URI of its format, or the bare base64 when no format is given (the bytes
+    tell it)."""
+    data = value.get("data") if isinstance(value, dict) else None
+    if not isinstance(data, str) or not data:
+        raise InvalidRequestError(f"{where}.input_audio names no base64 data")
+    fmt = value.get("format") if isinstance(value, dict) else None
+    if fmt is None:
+        return data
+    mime = _MIME_BY_FORMAT.get(str(fmt).lower())
+    if mime is None:
+        raise AudioLoadError(
+            f"{where}.input_audio.format {fmt!r}; wav, mp3 and flac are read",
+            reason="bad-content-type",
+        )
+    return f"data:{mime};base64,{data}"
