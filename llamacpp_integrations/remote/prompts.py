@@ -12,7 +12,15 @@ from ..engine.interface import PromptRequest
 from ..engine.types import ChatRequest, GenerationRequest
 from ..errors import AudioInputNotSupportedError, ImageInputNotSupportedError, InvalidRequestError
 from ..prompts.chat_rendering import ChatTemplates
-from ..prompts.media import AudioInput, MediaInput, messages_have_audio, require_image
+from ..prompts.media import (
+    AudioInput,
+    ImageInput,
+    MediaInput,
+    images_in,
+    messages_have_audio,
+    messages_have_images,
+    require_image,
+)
 from .server_info import ServerDescription
 from .transport import Transport
 
@@ -90,7 +98,7 @@ class RemotePrompts:
                 "with an --mmproj that has an audio encoder)",
                 request_id=request.request_id,
             )
-        if desc.media_marker is None:
+        if desc.media_marker is None or (_has_image(request) and not desc.capabilities.vision):
             raise ImageInputNotSupportedError(
                 f"the server at {self._base_url} (llama-server build "
                 f"{desc.capabilities.build or 'unknown'}) has no image projector (start it "
@@ -120,3 +128,12 @@ def _has_audio(request: GenerationRequest) -> bool:
         return messages_have_audio(request.messages)
     images = getattr(request, "images", ())
     return any(isinstance(item, AudioInput) for item in images)
+
+
+def _has_image(request: GenerationRequest) -> bool:
+    if isinstance(request, ChatRequest):
+        return messages_have_images(request.messages) and any(
+            isinstance(item, ImageInput) for item in images_in(list(request.messages))
+        )
+    images = getattr(request, "images", ())
+    return any(not isinstance(item, AudioInput) for item in images)

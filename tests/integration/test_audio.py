@@ -13,6 +13,7 @@ import math
 import struct
 import wave
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,9 @@ from llamacpp_integrations.errors import (
 )
 from llamacpp_integrations.multimodal import load_audio, load_image
 from tests.builders.tiny_audio_projector import TOKENS_PER_CHUNK
+from tests.conftest import _RECORDED_HOSTS, remote_is_live
 from tests.integration.helpers import idle_and_freed, wait_for
+from tests.live.remote_servers import LLAMA_SERVER, RECORDED_URL, llama_server
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -107,6 +110,32 @@ def test_the_same_samples_share_cells_whatever_the_container(listening: Engine) 
     assert other.usage.cached_prompt_tokens < end_of_clip  # another clip: its cells are not taken
 
 
+def test_a_clip_is_restored_from_the_disk_cache_by_its_samples(
+    smollm_path: Path, audio_projector: Path, tmp_path: Path
+) -> None:
+    def engine() -> Engine:
+        return Engine(
+            EngineConfig(
+                model=str(smollm_path),
+                mmproj=str(audio_projector),
+                n_seq_max=1,
+                n_ctx_per_seq=512,
+                prompt_cache_dir=str(tmp_path),
+                prompt_cache_min_tokens=32,
+            )
+        )
+
+    clip = load_audio(tone(660))
+    with engine() as first:
+        cold = first.generate(ask(clip))
+    assert cold.usage.cached_prompt_tokens == 0 and list(tmp_path.glob("*.kvstate"))
+    with engine() as restarted:
+        same = restarted.generate(ask(load_audio(tone(660))))
+        other = restarted.generate(ask(load_audio(tone(770))))
+    assert same.usage.cached_prompt_tokens == same.usage.prompt_tokens - 1
+    assert other.usage.cached_prompt_tokens < other.usage.prompt_tokens - TOKENS_PER_CHUNK
+
+
 def test_raw_completion_places_clips_with_the_marker(listening: Engine) -> None:
     marker = listening.media_marker
     assert marker is not None
@@ -155,3 +184,42 @@ def _png() -> bytes:
 def test_text_engine_refuses_audio_typed(engine: Engine) -> None:
     with pytest.raises(AudioInputNotSupportedError, match="audio projector"):
         engine.generate(ask(load_audio(tone(440))))
+
+
+@pytest.fixture(scope="module")
+def audio_server(
+    request: pytest.FixtureRequest, smollm_path: Path, audio_projector: Path
+) -> Iterator[str]:
+    """A llama-server with the tiny audio projector, or the recorded URL when cassettes answer."""
+    if not remote_is_live(request.config):
+        yield RECORDED_URL
+        return
+    if not LLAMA_SERVER.exists():
+        pytest.skip(f"no llama-server at {LLAMA_SERVER} (make llama-server)")
+    args = ["--mmproj", str(audio_projector)]
+    with llama_server(smollm_path, slots=2, n_ctx_per_slot=512, args=args) as url:
+        _RECORDED_HOSTS[url] = RECORDED_URL
+        yield url
+
+
+@pytest.mark.vcr
+@pytest.mark.remote
+def test_remote_engine_sends_clips_to_llama_server(audio_server: str, listening: Engine) -> None:
+    """llama-server decodes the clip with the same libmtmd helper: the same prompt size."""
+    from llamacpp_integrations.remote import RemoteEngine
+
+    clip = load_audio(tone(440))
+    with RemoteEngine(audio_server) as remote:
+        assert remote.info.supports_audio and not remote.info.supports_images
+        done = remote.generate(ask(clip))
+        with pytest.raises(ImageInputNotSupportedError):
+            remote.generate(replace(ask(clip), messages=[_image_message()]))
+    listening.clear_cache()
+    assert done.usage.prompt_tokens == listening.generate(ask(clip)).usage.prompt_tokens
+
+
+def _image_message() -> ChatMessage:
+    picture = load_image(_png())
+    return ChatMessage(
+        role="user", content=[{"type": "image", "image": picture}, {"type": "text", "text": "?"}]
+    )
