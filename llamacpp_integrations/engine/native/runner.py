@@ -333,15 +333,9 @@ class GenerationContext(NativeContext):
             model, tuning, n_ctx=n_cells, n_batch=n_batch, n_seq_max=n_seq_max, n_threads=n_threads
         )
         self._n_vocab = model.n_vocab
-        # The batch's arrays, looked up once: each attribute read builds a new ctypes pointer.
-        batch = self._batch
-        self._fields = (
-            batch.token,
-            batch.pos,
-            batch.n_seq_id,
-            [batch.seq_id[i] for i in range(n_batch)],
-            batch.logits,
-        )
+        batch = self._batch  # its arrays looked up once: each attribute read makes a pointer
+        self._fields = (batch.token, batch.pos, batch.n_seq_id, batch.logits)
+        self._seq_ids = [batch.seq_id[i] for i in range(n_batch)]
         self._views: dict[int, npt.NDArray[np.float32]] = {}  # logits rows by address
 
     def _settings(self) -> dict[str, Any]:
@@ -359,7 +353,8 @@ class GenerationContext(NativeContext):
         total = sum(len(entry.tokens) for entry in entries)
         if total > self.n_batch:  # checked first: the batch's arrays hold n_batch tokens
             raise EngineError(f"internal: batch of {total} tokens exceeds n_batch={self.n_batch}")
-        token, pos, n_seq_id, seq_ids, logits = self._fields
+        token, pos, n_seq_id, logits = self._fields
+        seq_ids = self._seq_ids
         n = 0
         for entry in entries:
             tokens = entry.tokens
@@ -372,12 +367,9 @@ class GenerationContext(NativeContext):
                 seq_ids[n][0] = seq_id
                 logits[n] = every
                 n += 1
-            if entry.logits_last:
-                if tokens:
-                    logits[n - 1] = True
-                entry.logits_index = n - 1
-            else:
-                entry.logits_index = -1
+            if entry.logits_last and tokens:
+                logits[n - 1] = True
+            entry.logits_index = n - 1 if entry.logits_last else -1
         if n == 0:
             return DecodeStatus.OK
         batch = self._batch
@@ -388,8 +380,7 @@ class GenerationContext(NativeContext):
         raise EngineError(f"llama_decode failed with code {code}")
 
     def _run(self, batch: Any) -> int:
-        """``llama_decode`` of the filled batch; its return code (a test seam: the engine's
-        overhead benchmark replaces it, ``fixed_logits.py``)."""
+        """``llama_decode`` of the filled batch (a test seam: ``fixed_logits.py``)."""
         return int(llama_cpp.llama_decode(self._ctx, batch))
 
     def logits_view(self, index: int) -> npt.NDArray[np.float32]:
@@ -400,8 +391,7 @@ class GenerationContext(NativeContext):
         if view is None:
             if not address:
                 raise EngineError(f"internal: no logits at row {index} of the last decode")
-            # One view per row address, made once: llama.cpp keeps its output buffer between
-            # decodes (a row it hands out is valid memory, in whichever buffer it lies now).
+            # Made once per row address: llama.cpp keeps its output buffer between decodes.
             view = self._views[address] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         return view
 

@@ -59,7 +59,6 @@ from .stats import StatsBoard, snapshot
 __all__ = ["EngineCore"]
 
 log = logging.getLogger("llamacpp_integrations.engine")
-_PUBLISH_EVERY_S = 0.005  # the most often a step publishes stats: each asks about every slot
 
 
 class EngineCore:
@@ -103,7 +102,7 @@ class EngineCore:
             on_cpu=model.n_gpu_layers == 0,
         )
         self.closing = False
-        self.steps, self._published_at = 0, 0.0
+        self.steps = 0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
         # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
@@ -158,7 +157,7 @@ class EngineCore:
         if chatting:
             start = time.perf_counter()
             self._step()
-            if start - self._published_at >= _PUBLISH_EVERY_S:  # what ends a request publishes
+            if self.board.due(start):  # at most every few ms; what ends a request publishes
                 self.publish()
             self.embeds.chat_stepped(time.perf_counter() - start)
         self.embeds.step(chatting=chatting)
@@ -187,7 +186,6 @@ class EngineCore:
 
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
-        self._published_at = time.perf_counter()
         self.board.latest = snapshot(
             self.scheduler, self.cells, self.speculation, running=len(self.active), steps=self.steps
         )

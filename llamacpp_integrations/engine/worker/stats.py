@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from ..results import EngineStats, SlotStats
@@ -14,11 +15,30 @@ if TYPE_CHECKING:
 __all__ = ["StatsBoard", "snapshot"]
 
 
+# The most often a generating step publishes (``due``): a snapshot asks llama.cpp about every
+# slot, a cost that counts when steps are fast; admissions and endings publish at once.
+_PUBLISH_EVERY_S = 0.005
+
+
 class StatsBoard:
     """Where the worker publishes an engine's latest ``EngineStats`` for callers to read."""
 
     def __init__(self) -> None:
-        self.latest = EngineStats(running=0, waiting=0, steps=0, slots=())
+        self._latest = EngineStats(running=0, waiting=0, steps=0, slots=())
+        self.published_at = 0.0  # time.perf_counter() of the last publication
+
+    @property
+    def latest(self) -> EngineStats:
+        return self._latest
+
+    @latest.setter
+    def latest(self, stats: EngineStats) -> None:
+        self._latest = stats
+        self.published_at = time.perf_counter()
+
+    def due(self, now: float) -> bool:
+        """Whether a step at ``now`` (``time.perf_counter()``) should publish again."""
+        return now - self.published_at >= _PUBLISH_EVERY_S
 
 
 def snapshot(
