@@ -80,7 +80,8 @@ class _LoopPost:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: the table's entry must not keep its own key (the loop) alive.
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._items: list[tuple[asyncio.Queue[object], object]] = []
 
@@ -94,14 +95,15 @@ class _LoopPost:
 
     def put(self, target: asyncio.Queue[object], event: object) -> bool:
         """Queue ``event`` for ``target``; False when the loop is closed (nobody will read)."""
-        if self._loop.is_closed():
+        loop = self._loop()
+        if loop is None or loop.is_closed():
             return False
         with self._lock:
             self._items.append((target, event))
             if len(self._items) > 1:
                 return True  # a delivery is already scheduled and will take it
         try:
-            self._loop.call_soon_threadsafe(self._deliver)
+            loop.call_soon_threadsafe(self._deliver)
         except RuntimeError:  # closed meanwhile
             with self._lock:
                 self._items.clear()

@@ -5,8 +5,10 @@ a channel whose worker died answers with ``EngineClosedError`` instead of waitin
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -141,9 +143,13 @@ def test_a_loops_channels_share_one_wake_up_per_burst() -> None:
     assert wakes == 1
 
 
-def test_a_closed_loops_channel_refuses_events() -> None:
+def test_a_closed_loops_channel_refuses_events_and_the_loop_can_go() -> None:
     loop = asyncio.new_event_loop()
     channel = EventChannel(loop)
     assert channel.put("queued")
     loop.close()
     assert not channel.put("late")
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None  # the channels' table does not keep a loop alive
