@@ -8,6 +8,7 @@ The tree::
     │                                   names the extra that installs it
     ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
     │   ├── UnknownOptionError (TypeError)  a call got keyword arguments no adapter takes
+    │   ├── UnknownAdapterError         a request named a LoRA adapter the engine has not loaded
     │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
     │   ├── ChatTemplateError           no chat template, or the template failed to render
     │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
@@ -69,6 +70,7 @@ __all__ = [
     "ServerFeatureError",
     "ServerUnavailableError",
     "ToolCallParseError",
+    "UnknownAdapterError",
     "UnknownOptionError",
     "UnmatchedRequestError",
     "UnsupportedContentError",
@@ -135,6 +137,23 @@ class InvalidRequestError(LlamaCppIntegrationError, ValueError):
 class UnknownOptionError(InvalidRequestError, TypeError):
     """A call got keyword arguments it does not take (a ``TypeError`` too, as Python's own
     calls raise for an unexpected keyword)."""
+
+
+class UnknownAdapterError(InvalidRequestError):
+    """A request named a LoRA adapter (by name or id) that the engine has not loaded;
+    ``adapter`` is what it named, ``known`` the names the engine has."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        adapter: str | int,
+        known: tuple[str, ...] = (),
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, request_id=request_id)
+        self.adapter = adapter
+        self.known = known
 
 
 class ContextOverflowError(InvalidRequestError):

@@ -276,6 +276,7 @@ def request_of(
         "timeout": options.timeout,
         "logprobs": options.logprobs,
         "grammar": options.grammar,
+        "lora": options.lora,
     }
     if messages is not None:
         return ChatRequest(

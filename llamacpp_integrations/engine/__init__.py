@@ -17,9 +17,11 @@ from .interface import (
     ChatRenderer,
     ChunkingEngine,
     InferenceEngine,
+    LoraEngine,
     RerankingEngine,
     TokenPieceEngine,
 )
+from .lora import LoraInfo
 from .registry import engine_for, live_engines, shared_engine
 from .results import (
     Completion,
@@ -54,6 +56,8 @@ __all__ = [
     "ImageInput",
     "InferenceEngine",
     "LoraAdapter",
+    "LoraEngine",
+    "LoraInfo",
     "MediaInput",
     "ModelInfo",
     "ReasoningFormat",

@@ -166,6 +166,9 @@ class GenerationRequest:
         reasoning: A reasoning model's format (and budget): the output's reasoning is split
             from its text (``StreamChunk.reasoning``, ``Completion.reasoning``) and its tokens
             counted (``Usage.reasoning_tokens``); see ``ReasoningSpec``.
+        lora: The LoRA adapters to answer with, by name (or id) with their scales:
+            ``{"sql": 1.0}`` applies that adapter only, ``{}`` none; ``None`` (the default)
+            takes the engine's default scales (llama-server's ``lora`` field).
         request_id: Identifier carried by every event and error of this request.
     """
 
@@ -179,6 +182,7 @@ class GenerationRequest:
     special: bool = False
     logprobs: int | None = None
     reasoning: ReasoningSpec | None = None
+    lora: Mapping[str | int, float] | None = None
     request_id: str = field(default_factory=new_request_id)
 
     def has_images(self) -> bool:

@@ -32,6 +32,7 @@ from ..errors import (
     SchemaNotSupportedError,
     ServerUnavailableError,
     ToolCallParseError,
+    UnknownAdapterError,
     UnknownOptionError,
     UnsupportedContentError,
     UntestedServerError,
@@ -56,6 +57,7 @@ class ErrorRow:
 # Most specific first: the first row whose class matches answers.
 ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(UnknownOptionError, 400, "invalid_request_error", "unknown_parameter"),
+    ErrorRow(UnknownAdapterError, 400, "invalid_request_error", "unknown_lora_adapter"),
     ErrorRow(ContextOverflowError, 400, "invalid_request_error", "context_length_exceeded"),
     ErrorRow(ChatTemplateError, 400, "invalid_request_error", "chat_template_error"),
     ErrorRow(SchemaNotSupportedError, 400, "invalid_request_error", "schema_not_supported"),
