@@ -10,6 +10,9 @@ request is served from another's cache: each has its template rendered and its p
 The model is loaded before the heartbeat starts, by one call; the first measured run of each
 adapter is its first concurrent one (the adapter's own first-use costs fall in it).
 
+Each row also keeps the longest pass of Python's cyclic garbage collector per generation during
+its runs (a pass holds the GIL throughout, so a long one is a loop gap whoever triggered it).
+
 Reported per level, over ``--repeat`` runs: the longest gap of any run and the 99th percentile
 of every run's gaps together (what a page may call the maximum and the P99), the median over
 the runs of each run's longest gap and of its P99 (the figures of the first results), the
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import statistics
 import time
@@ -94,6 +98,32 @@ def adapters(engine: Engine, max_tokens: int) -> dict[str, Call]:
     return {"ainvoke": ainvoke, "astream": astream, "llamaindex": llamaindex}
 
 
+class GcPasses:
+    """How long each of the cyclic garbage collector's passes took (it holds the GIL for the
+    whole pass, on whichever thread triggered it), by generation."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._start = 0.0
+        gc.callbacks.append(self._on_pass)
+
+    def _on_pass(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds[info["generation"]].append(time.perf_counter() - self._start)
+
+    def longest_ms(self) -> dict[str, float]:
+        return {f"gen{g}": max(s, default=0.0) * 1000 for g, s in self.seconds.items()}
+
+    def clear(self) -> None:
+        for passes in self.seconds.values():
+            passes.clear()
+
+
+GC = GcPasses()
+
+
 async def one_level(call: Call, n: int, round_index: int) -> tuple[list[float], float]:
     """Every heartbeat gap and the wall time (seconds) for ``n`` concurrent calls."""
     gaps: list[float] = []
@@ -151,6 +181,7 @@ async def main() -> None:
         for n in levels:
             runs = []
             every_gap: list[float] = []
+            GC.clear()
             for _ in range(args.repeat):
                 round_index += 1
                 gaps, wall = await one_level(calls[adapter], n, round_index)
@@ -162,10 +193,16 @@ async def main() -> None:
                         "wall_s": wall,
                     }
                 )
-            row = {"adapter": adapter, **summary(n, runs, every_gap)}
+            row = {
+                "adapter": adapter,
+                **summary(n, runs, every_gap),
+                "longest_gc_pass_ms": GC.longest_ms(),
+                "gc_passes": {f"gen{g}": len(s) for g, s in GC.seconds.items()},
+            }
             print(
                 f"{adapter:>10} {n:>10} {row['longest_gap_ms']:>11.1f} "
-                f"{row['p99_all_gaps_ms']:>7.1f} {row['wall_s']:>7.2f}"
+                f"{row['p99_all_gaps_ms']:>7.1f} {row['wall_s']:>7.2f}  longest gc pass "
+                f"{row['longest_gc_pass_ms']}"
             )
             rows.append(row)
     await asyncio.to_thread(engine.close)
