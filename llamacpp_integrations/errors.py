@@ -14,9 +14,11 @@ The tree::
     │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
     │   ├── UnsupportedContentError     a message part of a kind the package cannot pass on
     │   ├── ImageInputNotSupportedError an image given to a model without an image projector
+    │   ├── AudioInputNotSupportedError a clip given to a model without an audio projector
     │   ├── ServerFeatureError          a remote server lacks a feature the request needs; names
     │   │                               the feature and the server's build
-    │   └── ImageLoadError              an image input refused or unreadable; ``reason`` says why
+    │   ├── ImageLoadError              an image input refused or unreadable; ``reason`` says why
+    │   └── AudioLoadError              an audio input refused or unreadable; ``reason`` says why
     ├── EngineOverloadedError           the admission queue stayed full
     ├── ServerUnavailableError          a remote server refused, failed (5xx) or is still loading
     │   └── ServerAuthenticationError   it wants an API key, or refused the one given (401/403)
@@ -42,6 +44,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 __all__ = [
+    "AudioInputNotSupportedError",
+    "AudioLoadError",
+    "AudioLoadReason",
     "CassetteError",
     "CassetteFormatError",
     "ChatTemplateError",
@@ -229,6 +234,50 @@ class ImageLoadError(InvalidRequestError):
     ) -> None:
         super().__init__(f"image refused ({reason}): {message}", request_id=request_id)
         self.reason: ImageLoadReason = reason
+
+
+class AudioInputNotSupportedError(UnsupportedContentError):
+    """A clip was given, but the loaded model has no audio projector (``mmproj`` with an audio
+    encoder)."""
+
+
+AudioLoadReason = Literal[
+    "bad-source",
+    "bad-url",
+    "scheme-refused",
+    "remote-disabled",
+    "private-address",
+    "path-not-allowed",
+    "not-found",
+    "fetch-failed",
+    "timeout",
+    "too-many-redirects",
+    "too-large",
+    "bad-content-type",
+    "empty",
+    "decode-failed",
+    "truncated",
+    "too-long",
+]
+"""The machine-readable reasons an ``AudioLoadError`` carries."""
+
+
+class AudioLoadError(InvalidRequestError):
+    """An audio input was refused, or could not be read; ``reason`` is a short code for why.
+
+    The source and transport codes are ``ImageLoadError``'s (audio is read under the same
+    ``ImagePolicy``). The others: ``too-large`` (encoded size over the cap), ``bad-content-type``
+    (neither WAV, FLAC nor MP3 by its bytes, or a declared type not allowed), ``empty`` (no bytes,
+    or no samples), ``decode-failed`` (a header or frame that is not what its format allows, or
+    that does not state the clip's length), ``truncated`` (the header announces more data than
+    there is) and ``too-long`` (the duration the header states is over the cap).
+    """
+
+    def __init__(
+        self, message: str, *, reason: AudioLoadReason, request_id: str | None = None
+    ) -> None:
+        super().__init__(f"audio refused ({reason}): {message}", request_id=request_id)
+        self.reason: AudioLoadReason = reason
 
 
 class EngineOverloadedError(LlamaCppIntegrationError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..prompts.media import ImageInput
+from ..prompts.media import AudioInput, ImageInput, MediaInput
 from ..prompts.reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .channel import RequestHandle
 from .config import EngineConfig, LoraAdapter, WeightsKey
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 __all__ = [
+    "AudioInput",
     "ChatMessage",
     "ChatRenderer",
     "ChatRequest",
@@ -57,6 +58,7 @@ __all__ = [
     "LoraAdapter",
     "LoraEngine",
     "LoraInfo",
+    "MediaInput",
     "ModelInfo",
     "ReasoningFormat",
     "ReasoningSpec",

@@ -139,12 +139,13 @@ class Engine(LoraServing):
             size_bytes=model.size_bytes,
             chat_template=template_source,
             mmproj=config.mmproj,
-            # Projectors tile or downscale big images themselves; past a few tiles per side
-            # more pixels only cost preprocessing time.
+            # Projectors tile or downscale big images: more tiles only cost preprocessing.
             image_max_side=None if tile is None else max(4 * tile, 1024),
             n_gpu_layers=model.n_gpu_layers,
             context_reason=self.context_choice.reason,
             placement=loaded_placement(config, gguf, self._host.offload, self.context_choice),
+            vision_encoder=vision is None or vision.supports_vision,
+            audio_sample_rate=None if vision is None else vision.audio_sample_rate,
         )
         self._model = model
         self._media_marker = None if vision is None else vision.marker
@@ -152,8 +153,7 @@ class Engine(LoraServing):
             model,
             vision,
             template_source,
-            # Never past the trained context: an encoder's learned position table (BERT) has
-            # no row beyond it.
+            # Never past the trained context: BERT's position table has no row beyond it.
             PromptLimits(self.n_ctx_per_seq, min(config.embedding_n_ctx, model.n_ctx_train)),
             model_label=gguf.name or Path(config.model).name,
         )

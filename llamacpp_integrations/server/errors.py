@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
+    AudioInputNotSupportedError,
+    AudioLoadError,
     ChatTemplateError,
     ContextOverflowError,
     EngineClosedError,
@@ -61,6 +63,8 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(SchemaNotSupportedError, 400, "invalid_request_error", "schema_not_supported"),
     ErrorRow(ImageInputNotSupportedError, 400, "invalid_request_error", "image_not_supported"),
     ErrorRow(ImageLoadError, 400, "invalid_request_error", "image_load_failed"),
+    ErrorRow(AudioInputNotSupportedError, 400, "invalid_request_error", "audio_not_supported"),
+    ErrorRow(AudioLoadError, 400, "invalid_request_error", "audio_load_failed"),
     ErrorRow(UnsupportedContentError, 400, "invalid_request_error", "unsupported_content"),
     ErrorRow(InvalidRequestError, 400, "invalid_request_error", "invalid_request"),
     ErrorRow(EngineOverloadedError, 429, "rate_limit_error", "queue_full"),
@@ -122,7 +126,7 @@ def api_error_of(error: BaseException) -> ApiError:
             if row.status in (429, 503):
                 headers = (("Retry-After", str(RETRY_AFTER_S)),)
             code = row.code
-            if isinstance(error, ImageLoadError):
+            if isinstance(error, ImageLoadError | AudioLoadError):
                 code = f"{code}:{error.reason}"
             return ApiError(row.status, str(error), row.type, code, headers=headers)
     # Not one of ours: a bug. Say so without leaking internals.

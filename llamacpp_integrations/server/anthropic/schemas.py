@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..openai.schemas import LoraChoice
+from ..lora_choice import LoraChoice
 
 __all__ = [
     "REFUSED_FIELDS",

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from ...engine import LoraEngine
 from ..errors import invalid_request
 from ..exchange import Exchange, Leases
-from .schemas import LoraChoice
+from ..lora_choice import LoraChoice
 
 __all__ = ["LORA_ADAPTERS", "LoraAdapters"]
 

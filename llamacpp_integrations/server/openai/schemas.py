@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..lora_choice import LoraChoice
 from ..reasoning_effort import ReasoningEffort
 
 __all__ = [
@@ -23,7 +24,6 @@ __all__ = [
     "ChatCompletionBody",
     "CompletionBody",
     "EmbeddingBody",
-    "LoraChoice",
     "SamplingFields",
     "StreamOptions",
 ]
@@ -39,14 +39,6 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     include_usage: bool = False
-
-
-class LoraChoice(BaseModel):
-    """One entry of llama-server's per-request ``lora`` list: an adapter (its id, or here
-    also its name) and its scale (adapters left out of the list get 0)."""
-
-    id: int | str
-    scale: float = 0.0
 
 
 class SamplingFields(BaseModel):

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..openai.schemas import LoraChoice
+from ..lora_choice import LoraChoice
 from ..reasoning_effort import ReasoningEffort
 
 __all__ = [
