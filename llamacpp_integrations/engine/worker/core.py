@@ -83,7 +83,7 @@ class EngineCore:
         self.config = config
         self.inbox = inbox
         self.board = StatsBoard()
-        self.scheduler = Scheduler.of(config)
+        self.scheduler = Scheduler.of(config, model.turn_ends())
         self.cells = SequenceCells(
             model, config, kv=kv, layout=self.scheduler.layout, index=self.scheduler.index
         )
@@ -170,13 +170,16 @@ class EngineCore:
 
     def realign(self) -> bool:
         """Read one block of a finished answer again, if one waits; only while the worker has
-        no work. Whether it did."""
+        no work, given up the moment new work comes (read later). Whether it did."""
         if self.closing or not (self.cells.realigning and self.cells.made):
             return False
         step = self.scheduler.realign()
         if step is None:
             return False
-        if not self.cells.realign(step):
+        status = self.cells.realign(step, self.inbox.has_work)
+        if status == DecodeStatus.ABORTED:
+            return False
+        if status != DecodeStatus.OK:
             self.scheduler.abandon(step.slot)
             return False
         self.scheduler.realigned(step)
