@@ -80,9 +80,14 @@ def test_a_reread_gives_way_mid_decode_and_is_read_later_to_the_same_cells(
     smollm_path: Path,
 ) -> None:
     model = LoadedModel(smollm_path)
-    settings = {"n_cells": 512, "n_seq_max": 1, "n_batch": 512, "n_threads": 1}
-    given_way = GenerationContext(model, **settings, flash_attention=None, kv_unified=False)
-    straight = GenerationContext(model, **settings, flash_attention=None, kv_unified=False)
+
+    def context() -> GenerationContext:
+        return GenerationContext(
+            model, n_cells=512, n_seq_max=1, n_batch=512, n_threads=1, flash_attention=None,
+            kv_unified=False,
+        )  # fmt: skip
+
+    given_way, straight = context(), context()
     try:
         tokens = model.tokenize(SYSTEM, add_special=True, parse_special=False)[:128]
         assert len(tokens) == 128
