@@ -229,6 +229,14 @@ def prompt_cache_ttft(results: Results) -> str:
     return "\n".join(lines)
 
 
+def lora_mixes(results: Results) -> str:
+    """docs/performance.md: streams with LoRA adapters chosen per request against none."""
+    lines = ["| streams' adapters | tokens/s, all streams | vs no adapter |", "|---|---:|---:|"]
+    for row in results["lora"]["rows"]:
+        lines.append(f"| {row['mix']} | {row['tokens_per_s']:,.1f} | {row['vs_none']:.2f}x |")
+    return "\n".join(lines)
+
+
 def agent_suite(results: Results) -> str:
     """docs/guides/agents.md: the agent suite with the loop guard (agent_tasks.json) and the run
     before it (cited.json: that result wording is gone, so it cannot be measured again)."""

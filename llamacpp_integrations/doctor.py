@@ -7,7 +7,7 @@ the reasoning format and its switch, whether the prompt starts with two BOS toke
 projector, the context and memory the defaults choose, and decode speed. Each finding is
 ``ok``, ``warn`` (works, with a caveat), ``fail`` or ``info``; the same probes decide what the
 LangChain profile and the LlamaIndex metadata say (tool calling, structured output,
-reasoning, images).
+reasoning, images and audio).
 
 The machine section (``examine_machine``) says what llama.cpp runs on: its backends and
 devices with their free memory, the physical cores, how many layers this engine offloaded, where
@@ -205,8 +205,14 @@ def _bos(engine: Engine, template: str | None) -> Finding:
 
 def _projector(engine: Engine) -> Finding:
     if engine.info.mmproj is None:
-        return Finding("images", "info", "no projector: text only (pass --mmproj for images)")
-    return Finding("images", "ok", f"projector {engine.info.mmproj}")
+        return Finding(
+            "media", "info", "no projector: text only (pass --mmproj for images or audio)"
+        )
+    reads = [
+        *(["images"] if engine.info.supports_images else []),
+        *([f"audio at {engine.info.audio_sample_rate} Hz"] if engine.info.supports_audio else []),
+    ]
+    return Finding("media", "ok", f"projector {engine.info.mmproj} ({', '.join(reads)})")
 
 
 def _context(engine: Engine) -> Finding:
@@ -247,7 +253,7 @@ def diagnose(
         ("structured answer", lambda: _structured(engine, chat_template, max_tokens)),
         ("reasoning", lambda: _reasoning(engine, chat_template)),
         ("BOS", lambda: _bos(engine, chat_template)),
-        ("images", lambda: _projector(engine)),
+        ("media", lambda: _projector(engine)),
         ("context and memory", lambda: _context(engine)),
         ("speed", lambda: _speed(engine, chat_template)),
     ]

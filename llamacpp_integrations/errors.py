@@ -8,14 +8,17 @@ The tree::
     │                                   names the extra that installs it
     ├── InvalidRequestError (ValueError)  the request itself is wrong; nothing was generated
     │   ├── UnknownOptionError (TypeError)  a call got keyword arguments no adapter takes
+    │   ├── UnknownAdapterError         a request named a LoRA adapter the engine has not loaded
     │   ├── ContextOverflowError        prompt (+ max_tokens) does not fit one sequence's context
     │   ├── ChatTemplateError           no chat template, or the template failed to render
     │   ├── SchemaNotSupportedError     a JSON schema part no grammar here can express
     │   ├── UnsupportedContentError     a message part of a kind the package cannot pass on
     │   ├── ImageInputNotSupportedError an image given to a model without an image projector
+    │   ├── AudioInputNotSupportedError a clip given to a model without an audio projector
     │   ├── ServerFeatureError          a remote server lacks a feature the request needs; names
     │   │                               the feature and the server's build
-    │   └── ImageLoadError              an image input refused or unreadable; ``reason`` says why
+    │   ├── ImageLoadError              an image input refused or unreadable; ``reason`` says why
+    │   └── AudioLoadError              an audio input refused or unreadable; ``reason`` says why
     ├── EngineOverloadedError           the admission queue stayed full
     ├── ServerUnavailableError          a remote server refused, failed (5xx) or is still loading
     │   └── ServerAuthenticationError   it wants an API key, or refused the one given (401/403)
@@ -41,6 +44,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 __all__ = [
+    "AudioInputNotSupportedError",
+    "AudioLoadError",
+    "AudioLoadReason",
     "CassetteError",
     "CassetteFormatError",
     "ChatTemplateError",
@@ -64,6 +70,7 @@ __all__ = [
     "ServerFeatureError",
     "ServerUnavailableError",
     "ToolCallParseError",
+    "UnknownAdapterError",
     "UnknownOptionError",
     "UnmatchedRequestError",
     "UnsupportedContentError",
@@ -130,6 +137,23 @@ class InvalidRequestError(LlamaCppIntegrationError, ValueError):
 class UnknownOptionError(InvalidRequestError, TypeError):
     """A call got keyword arguments it does not take (a ``TypeError`` too, as Python's own
     calls raise for an unexpected keyword)."""
+
+
+class UnknownAdapterError(InvalidRequestError):
+    """A request named a LoRA adapter (by name or id) that the engine has not loaded;
+    ``adapter`` is what it named, ``known`` the names the engine has."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        adapter: str | int,
+        known: tuple[str, ...] = (),
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, request_id=request_id)
+        self.adapter = adapter
+        self.known = known
 
 
 class ContextOverflowError(InvalidRequestError):
@@ -210,6 +234,50 @@ class ImageLoadError(InvalidRequestError):
     ) -> None:
         super().__init__(f"image refused ({reason}): {message}", request_id=request_id)
         self.reason: ImageLoadReason = reason
+
+
+class AudioInputNotSupportedError(UnsupportedContentError):
+    """A clip was given, but the loaded model has no audio projector (``mmproj`` with an audio
+    encoder)."""
+
+
+AudioLoadReason = Literal[
+    "bad-source",
+    "bad-url",
+    "scheme-refused",
+    "remote-disabled",
+    "private-address",
+    "path-not-allowed",
+    "not-found",
+    "fetch-failed",
+    "timeout",
+    "too-many-redirects",
+    "too-large",
+    "bad-content-type",
+    "empty",
+    "decode-failed",
+    "truncated",
+    "too-long",
+]
+"""The machine-readable reasons an ``AudioLoadError`` carries."""
+
+
+class AudioLoadError(InvalidRequestError):
+    """An audio input was refused, or could not be read; ``reason`` is a short code for why.
+
+    The source and transport codes are ``ImageLoadError``'s (audio is read under the same
+    ``ImagePolicy``). The others: ``too-large`` (encoded size over the cap), ``bad-content-type``
+    (neither WAV, FLAC nor MP3 by its bytes, or a declared type not allowed), ``empty`` (no bytes,
+    or no samples), ``decode-failed`` (a header or frame that is not what its format allows, or
+    that does not state the clip's length), ``truncated`` (the header announces more data than
+    there is) and ``too-long`` (the duration the header states is over the cap).
+    """
+
+    def __init__(
+        self, message: str, *, reason: AudioLoadReason, request_id: str | None = None
+    ) -> None:
+        super().__init__(f"audio refused ({reason}): {message}", request_id=request_id)
+        self.reason: AudioLoadReason = reason
 
 
 class EngineOverloadedError(LlamaCppIntegrationError):

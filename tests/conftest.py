@@ -81,6 +81,15 @@ def projector() -> Path:
     return cached_tiny_projector("mlp", 576)
 
 
+@pytest.fixture(scope="session")
+def audio_projector() -> Path:
+    """A tiny random-weight Ultravox audio projector for SmolLM2 (width 576): no marker text of
+    its own around a clip, 375 embeddings per clip of up to 30 seconds."""
+    from tests.builders.tiny_audio_projector import cached_tiny_audio_projector
+
+    return cached_tiny_audio_projector(576)
+
+
 # ---- the remote engine (llama-server), live or replayed from cassettes -----------------------
 # See tests/live/remote_servers.py. A test takes ``any_engine`` to run on the local engine and on a
 # RemoteEngine; the remote variant carries the ``vcr`` mark, so by default it replays its

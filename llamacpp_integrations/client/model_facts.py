@@ -1,8 +1,9 @@
 """What the adapters report of their model beyond the window: whether requests may carry images
-(``image_inputs``), and where it runs (``placement_facts``): the facts ``doctor`` prints in its
-machine section (backend, layers offloaded of all, the KV cache's place and size, flash
-attention), read from the engine's ``ModelInfo.placement``, the one the engine decided when it
-loaded. Nothing is loaded to answer: before the engine is there, there is no placement to read.
+(``image_inputs``) or audio (``audio_inputs``), and where it runs (``placement_facts``): the
+facts ``doctor`` prints in its machine section (backend, layers offloaded of all, the KV
+cache's place and size, flash attention), read from the engine's ``ModelInfo.placement``, the
+one the engine decided when it loaded. Nothing is loaded to answer: before the engine is there,
+there is no placement to read.
 
 LangChain's ``ModelProfile`` has no key for any of these (langchain-core warns on keys it does
 not declare), so ``ChatLlamaCpp.placement`` carries them; LlamaIndex's ``metadata`` carries
@@ -22,9 +23,9 @@ from typing_extensions import TypedDict  # pydantic (LlamaIndex's metadata) need
 from ..engine import InferenceEngine, ModelInfo
 from ..engine.machine import KVLocation
 from ..errors import LlamaCppIntegrationError
-from ..models import MMPROJ_AUTO, resolve_mmproj_path
+from ..models import MMPROJ_AUTO, read_gguf_info, resolve_mmproj_path
 
-__all__ = ["PlacementFacts", "image_inputs", "placement_facts"]
+__all__ = ["PlacementFacts", "audio_inputs", "image_inputs", "placement_facts"]
 
 
 class PlacementFacts(TypedDict):
@@ -113,3 +114,20 @@ def image_inputs(
     except LlamaCppIntegrationError:
         return None  # no projector on disk yet, or none at all: the first use tells
     return True
+
+
+def audio_inputs(engine: InferenceEngine | None, mmproj: Any) -> bool | None:
+    """Whether requests may carry audio, loading nothing: a loaded ``engine``'s answer, else
+    what the projector file's header says (``clip.has_audio_encoder``). ``None``: not known
+    before the first use (``mmproj='auto'``, or a projector not readable yet)."""
+    if engine is not None:
+        return engine.info.supports_audio
+    if not isinstance(mmproj, str) or not mmproj.strip():
+        return False
+    if mmproj.strip().lower() == MMPROJ_AUTO:
+        return None
+    try:
+        header = read_gguf_info(mmproj)
+    except (LlamaCppIntegrationError, OSError):
+        return None
+    return header.metadata.get("clip.has_audio_encoder") is True

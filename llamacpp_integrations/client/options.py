@@ -74,6 +74,7 @@ REQUEST_OPTIONS = (
     "reasoning_budget",
     "grammar",
     "template_kwargs",
+    "lora",
 )
 TOOL_OPTIONS = (
     "tools",
@@ -97,6 +98,7 @@ NULLABLE_OPTIONS = frozenset(
         "reasoning_budget",  # no budget
         "grammar",  # no grammar
         "template_kwargs",  # no extra template variables
+        "lora",  # the engine's default LoRA scales
         "logit_bias",  # no bias
         "seed",  # a random seed
         "model",  # the adapter's model
@@ -185,6 +187,8 @@ class CallOptions:
             loop guard keeps such calls out by default; see ``tools.loop_guard``).
         response_format: The structured answer asked for, if any.
         model: Another model to serve this one call.
+        lora: LoRA adapters to answer with, by name (or id) with their scales (``{"sql":
+            1.0}``; ``{}`` none); ``None`` takes the engine's default scales.
     """
 
     sampling: SamplingParams
@@ -203,6 +207,7 @@ class CallOptions:
     allow_repeated_calls: bool = False
     response_format: ResponseFormat | None = None
     model: str | None = None
+    lora: Mapping[str | int, float] | None = None
 
     @classmethod
     def merge(
@@ -273,6 +278,7 @@ class CallOptions:
             ),
             # The adapter's own model is the binding's; only a call's override is an option.
             model=or_default(kwargs.get("model", UNSET), None),
+            lora=_lora(pick("lora")),
         )
 
 
@@ -283,6 +289,17 @@ def _grammar(value: object) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequestError("grammar must be a non-empty GBNF string with a 'root' rule")
     return value
+
+
+def _lora(value: object) -> Mapping[str | int, float] | None:
+    # Which names the engine has is the engine's to say (UnknownAdapterError).
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str | int) for k in value):
+        raise InvalidRequestError(
+            "lora must map LoRA adapter names (or ids) to scales, as {'sql': 1.0}"
+        )
+    return dict(value)
 
 
 def _template_kwargs(value: object) -> Mapping[str, Any]:

@@ -26,7 +26,7 @@ from ..engine import (
     ReasoningSpec,
 )
 from ..errors import InvalidRequestError
-from ..multimodal import ImagePolicy, image_reader_for
+from ..multimodal import ImagePolicy, media_reader_for
 from ..tools import (
     CutCalls,
     TemplateToolSupport,
@@ -249,11 +249,12 @@ def chat_plan_factory(
     cut_calls: CutCalls = "raise",
 ) -> Callable[[], CallPlan]:
     """What builds a chat call's plan: ``messages_of`` translates the framework's messages,
-    reading their images with the reader ``image_policy`` allows. Async executors run it on a
+    reading their images (and, through ``multimodal.read_audio``, their clips) with the reader
+    ``image_policy`` allows. Async executors run it on a
     thread, since reading images (maybe fetching them) and planning are slow."""
 
     def build() -> CallPlan:
-        messages = messages_of(image_reader_for(engine.info, image_policy))
+        messages = messages_of(media_reader_for(engine.info, image_policy))
         request = request_of(options, messages=messages)
         return plan_call(engine, request, options, facts, cut_json=cut_json, cut_calls=cut_calls)
 
@@ -275,6 +276,7 @@ def request_of(
         "timeout": options.timeout,
         "logprobs": options.logprobs,
         "grammar": options.grammar,
+        "lora": options.lora,
     }
     if messages is not None:
         return ChatRequest(

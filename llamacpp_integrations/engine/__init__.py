@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..prompts.media import ImageInput
+from ..prompts.media import AudioInput, ImageInput, MediaInput
 from ..prompts.reasoning import ReasoningFormat, ReasoningSpec, ReasoningSplitter, split_reasoning
 from .channel import RequestHandle
 from .config import EngineConfig, LoraAdapter, WeightsKey
@@ -17,9 +17,11 @@ from .interface import (
     ChatRenderer,
     ChunkingEngine,
     InferenceEngine,
+    LoraEngine,
     RerankingEngine,
     TokenPieceEngine,
 )
+from .lora import LoraInfo
 from .registry import engine_for, live_engines, shared_engine
 from .results import (
     Completion,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 __all__ = [
+    "AudioInput",
     "ChatMessage",
     "ChatRenderer",
     "ChatRequest",
@@ -53,6 +56,9 @@ __all__ = [
     "ImageInput",
     "InferenceEngine",
     "LoraAdapter",
+    "LoraEngine",
+    "LoraInfo",
+    "MediaInput",
     "ModelInfo",
     "ReasoningFormat",
     "ReasoningSpec",

@@ -18,11 +18,15 @@ class LoraAdapter:
     Attributes:
         path: The adapter's ``.gguf`` file (made for the same base model, e.g. by llama.cpp's
             ``convert_lora_to_gguf.py``).
-        scale: How strongly it applies; ``0`` leaves the base model's output unchanged.
+        scale: How strongly it applies to requests that name no adapters of their own
+            (``GenerationRequest.lora``); ``0`` loads it for the requests that ask for it only.
+        name: What requests call it by (``lora={"sql": 1.0}``); ``None`` takes the file's
+            name without ``.gguf`` (an adapter is also known by its position, its id).
     """
 
     path: str
     scale: float = 1.0
+    name: str | None = None
 
 
 def lora_adapters(value: object) -> tuple[LoraAdapter, ...]:
@@ -41,14 +45,16 @@ def lora_adapters(value: object) -> tuple[LoraAdapter, ...]:
         elif isinstance(item, tuple | list) and len(item) == 2:
             adapter = LoraAdapter(item[0], item[1])
         elif isinstance(item, dict) and "path" in item:
-            adapter = LoraAdapter(item["path"], item.get("scale", 1.0))
+            adapter = LoraAdapter(item["path"], item.get("scale", 1.0), item.get("name"))
         else:
             raise InvalidRequestError(f"{problem}; got {item!r}")
         if not isinstance(adapter.path, str) or not adapter.path:
             raise InvalidRequestError(f"a LoRA adapter's path must be a string; got {item!r}")
         if isinstance(adapter.scale, bool) or not isinstance(adapter.scale, int | float):
             raise InvalidRequestError(f"a LoRA adapter's scale must be a number; got {item!r}")
-        out.append(LoraAdapter(adapter.path, float(adapter.scale)))
+        if adapter.name is not None and (not isinstance(adapter.name, str) or not adapter.name):
+            raise InvalidRequestError(f"a LoRA adapter's name must be a string; got {item!r}")
+        out.append(LoraAdapter(adapter.path, float(adapter.scale), adapter.name))
     return tuple(out)
 
 

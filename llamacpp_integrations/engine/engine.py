@@ -24,6 +24,7 @@ from .channel import EventChannel, RequestHandle
 from .config import EngineConfig
 from .embedding.job import EmbedJob
 from .interface import PromptRequest
+from .lora import LoraServing, LoraTable
 from .native.devices import loaded_placement
 from .native.embedder import POOLING_TYPES, RANK_POOLING
 from .preprocess import Preprocessor, PromptLimits
@@ -65,7 +66,7 @@ def _close(host: ModelHost, inbox: Inbox, attachment: Attachment) -> None:
     host.release()
 
 
-class Engine:
+class Engine(LoraServing):
     """A GGUF model served in this process with continuous batching.
 
     Example::
@@ -79,6 +80,7 @@ class Engine:
     block the event loop). Engines over the same weights share one loaded copy and one worker
     thread, whatever their serving settings; ``shared_engine`` (the registry) also shares one
     engine per configuration between adapters, so their requests are batched together.
+    Each request chooses among the engine's LoRA adapters (``GenerationRequest.lora``).
     """
 
     def __init__(self, config: EngineConfig | None = None, /, **overrides: Any) -> None:
@@ -89,6 +91,7 @@ class Engine:
             read_gguf_info(config.speculative_draft_model)
         tile = None if config.mmproj is None else _projector_image_side(config.mmproj)
         self.config = config
+        self._loras = LoraTable(config.lora_adapters)
         pooling = POOLING_TYPES.get(config.embedding_pooling)
         if pooling is None:  # "model": the GGUF's own pooling, else mean
             pooling = gguf.pooling_type if gguf.pooling_type not in (None, 0) else _MEAN_POOLING
@@ -136,12 +139,13 @@ class Engine:
             size_bytes=model.size_bytes,
             chat_template=template_source,
             mmproj=config.mmproj,
-            # Projectors tile or downscale big images themselves; past a few tiles per side
-            # more pixels only cost preprocessing time.
+            # Projectors tile or downscale big images: more tiles only cost preprocessing.
             image_max_side=None if tile is None else max(4 * tile, 1024),
             n_gpu_layers=model.n_gpu_layers,
             context_reason=self.context_choice.reason,
             placement=loaded_placement(config, gguf, self._host.offload, self.context_choice),
+            vision_encoder=vision is None or vision.supports_vision,
+            audio_sample_rate=None if vision is None else vision.audio_sample_rate,
         )
         self._model = model
         self._media_marker = None if vision is None else vision.marker
@@ -149,8 +153,7 @@ class Engine:
             model,
             vision,
             template_source,
-            # Never past the trained context: an encoder's learned position table (BERT) has
-            # no row beyond it.
+            # Never past the trained context: BERT's position table has no row beyond it.
             PromptLimits(self.n_ctx_per_seq, min(config.embedding_n_ctx, model.n_ctx_train)),
             model_label=gguf.name or Path(config.model).name,
         )
@@ -237,7 +240,8 @@ class Engine:
                 "in a second engine beside it",
                 request_id=request.request_id,
             )
-        return self._prep.prepare(request, channel)
+        lora = self._loras.key(request.lora, request.request_id)
+        return replace(self._prep.prepare(request, channel), lora=lora)
 
     def _handle(self, prepared: PreparedRequest) -> RequestHandle:
         return RequestHandle(
@@ -308,8 +312,7 @@ class Engine:
 
     @property
     def chunks_long_texts(self) -> bool:
-        """Texts too long for the embedding context can be averaged over windows
-        (``embed(..., chunk=True)``): this engine is a ``ChunkingEngine``."""
+        """True: long texts may be averaged over windows (``embed(..., chunk=True)``)."""
         return True
 
     def embed(
@@ -349,8 +352,7 @@ class Engine:
         return await self._arun(job, timeout)
 
     def _run(self, job: EmbedJob, wait: float | None) -> list[list[float]]:
-        """Queue an embedding job (waiting up to ``wait`` seconds for room) and wait for its
-        vectors."""
+        """Queue an embedding job (waiting up to ``wait`` seconds for room); its vectors."""
         self._inbox.put(job, wait=wait)
         return _vectors(job.channel.get(self._host.alive))
 

@@ -12,9 +12,10 @@ Failures are this package's typed errors (``llamacpp_integrations.errors``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from .lora import LoraInfo
 from .results import Completion, ModelInfo, StreamChunk
 from .types import ChatRequest, CompletionRequest, GenerationRequest
 
@@ -22,6 +23,7 @@ __all__ = [
     "ChatRenderer",
     "ChunkingEngine",
     "InferenceEngine",
+    "LoraEngine",
     "PromptRequest",
     "RerankingEngine",
     "TokenPieceEngine",
@@ -198,4 +200,26 @@ class TokenPieceEngine(Protocol):
 
     def token_piece(self, token: int, *, special: bool = True) -> bytes:
         """The bytes of ``token`` (control tokens' text too, unless ``special`` is off)."""
+        ...
+
+
+@runtime_checkable
+class LoraEngine(Protocol):
+    """An optional capability: LoRA adapters chosen per request (``GenerationRequest.lora``),
+    listed with their default scales, loaded while serving, and given new default scales (the
+    local ``Engine``; a remote llama-server lists and scales the adapters it started with)."""
+
+    @property
+    def lora_adapters(self) -> list[LoraInfo]:
+        """The adapters requests may choose, by id, with their default scales."""
+        ...
+
+    def load_lora(
+        self, name: str, path: str, *, scale: float = 0.0, timeout: float | None = 60
+    ) -> LoraInfo:
+        """Load an adapter file beside the weights and register it as ``name``."""
+        ...
+
+    def set_lora_scales(self, scales: Mapping[str | int, float]) -> None:
+        """New default scales: the adapters named get theirs, every other one 0."""
         ...

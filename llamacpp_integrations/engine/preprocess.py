@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import (
+    AudioInputNotSupportedError,
     ContextOverflowError,
     ImageInputNotSupportedError,
     InvalidRequestError,
 )
 from ..prompts.chat_rendering import ChatTemplates
-from ..prompts.media import ImageInput, require_image
+from ..prompts.media import AudioInput, MediaInput, messages_have_audio, require_image
 from ..prompts.reasoning import ReasoningSpec, forced_end
 from ..prompts.token_budget import fit_tokens
 from .channel import EventChannel
@@ -72,13 +73,19 @@ class Preprocessor:
 
     # ---- templates -------------------------------------------------------------------------
 
-    def render(self, request: ChatRequest) -> tuple[str, list[ImageInput]]:
-        """The prompt text (images as the projector's marker) and the images in order."""
+    def render(self, request: ChatRequest) -> tuple[str, list[MediaInput]]:
+        """The prompt text (media as the projector's marker) and the images and clips in order."""
         marker = self._require_vision(request).marker if request.has_images() else None
         return self._templates.render(request, marker=marker)
 
     def _require_vision(self, request: GenerationRequest) -> VisionProjector:
-        if self._vision is None:
+        if self._vision is None or (self._vision.audio_sample_rate is None and _has_audio(request)):
+            if _has_audio(request):
+                raise AudioInputNotSupportedError(
+                    f"model {self._label!r} was loaded without an audio projector: pass "
+                    "mmproj= (an mmproj GGUF with an audio encoder) to accept audio",
+                    request_id=request.request_id,
+                )
             raise ImageInputNotSupportedError(
                 f"model {self._label!r} was loaded without an image projector: pass mmproj= "
                 "(the model's mmproj GGUF) to accept images",
@@ -115,7 +122,10 @@ class Preprocessor:
             add_special = True
         elif isinstance(request.prompt, str):
             text, add_special = request.prompt, request.add_bos
-            images = [require_image(image, "images[]") for image in request.images]
+            images = [
+                item if isinstance(item, AudioInput) else require_image(item, "images[]")
+                for item in request.images
+            ]
         else:
             raise InvalidRequestError(
                 "images need a text prompt that places them with media_marker, not token ids",
@@ -359,3 +369,11 @@ class Preprocessor:
             deadline=None if timeout is None else now + timeout,
             channel=channel,
         )
+
+
+def _has_audio(request: GenerationRequest) -> bool:
+    if isinstance(request, ChatRequest):
+        return messages_have_audio(request.messages)
+    if isinstance(request, CompletionRequest):
+        return any(isinstance(item, AudioInput) for item in request.images)
+    return False

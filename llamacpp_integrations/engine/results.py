@@ -143,7 +143,9 @@ class ModelInfo:
     ``n_ctx_per_seq`` is the context one request runs in (prompt plus answer), and
     ``context_reason`` why it is that (set explicitly, the training context, reduced to fit the
     KV memory budget); ``n_gpu_layers`` the layers offloaded (``-1``: all); ``image_max_side``
-    is the side images are downscaled to before they reach the projector; ``placement`` where
+    is the side images are downscaled to before they reach the projector; ``vision_encoder``
+    whether the projector reads images (``False``: an audio-only one) and ``audio_sample_rate``
+    the rate it resamples audio to (``None``: it reads no audio); ``placement`` where
     the weights and the KV cache went (``None`` where the engine does not say, e.g. a remote
     one).
     """
@@ -164,11 +166,18 @@ class ModelInfo:
     n_gpu_layers: int = 0
     context_reason: str = ""
     placement: Placement | None = None
+    vision_encoder: bool = True
+    audio_sample_rate: int | None = None
 
     @property
     def supports_images(self) -> bool:
-        """Whether requests may carry images (a projector is loaded)."""
-        return self.mmproj is not None
+        """Whether requests may carry images (a projector with an image encoder is loaded)."""
+        return self.mmproj is not None and self.vision_encoder
+
+    @property
+    def supports_audio(self) -> bool:
+        """Whether requests may carry audio (a projector with an audio encoder is loaded)."""
+        return self.mmproj is not None and self.audio_sample_rate is not None
 
     @property
     def has_chat_template(self) -> bool:

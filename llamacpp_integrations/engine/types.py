@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequestError
-from ..prompts.media import ImageInput, messages_have_images
+from ..prompts.media import AudioInput, ImageInput, MediaInput, messages_have_images
 from ..prompts.reasoning import ReasoningSpec
 
 __all__ = [
+    "AudioInput",
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
     "GenerationRequest",
     "ImageInput",
+    "MediaInput",
     "SamplingParams",
     "new_request_id",
 ]
@@ -113,7 +115,8 @@ class ChatMessage:
     """One chat turn, in the shape GGUF chat templates expect.
 
     ``content`` is a string or a list of content parts (``{"type": "text", "text": ...}``,
-    ``{"type": "image", "image": ImageInput}``; images need an engine with a projector).
+    ``{"type": "image", "image": ImageInput}``, ``{"type": "audio", "audio": AudioInput}``;
+    media need an engine whose projector reads them).
     ``tool_calls`` are OpenAI-style dicts; ``tool_call_id`` links a tool result to its call.
     ``reasoning`` is an earlier answer's reasoning, given to templates that render it as
     ``reasoning_content`` (the field reasoning models' templates read).
@@ -163,6 +166,9 @@ class GenerationRequest:
         reasoning: A reasoning model's format (and budget): the output's reasoning is split
             from its text (``StreamChunk.reasoning``, ``Completion.reasoning``) and its tokens
             counted (``Usage.reasoning_tokens``); see ``ReasoningSpec``.
+        lora: The LoRA adapters to answer with, by name (or id) with their scales:
+            ``{"sql": 1.0}`` applies that adapter only, ``{}`` none; ``None`` (the default)
+            takes the engine's default scales (llama-server's ``lora`` field).
         request_id: Identifier carried by every event and error of this request.
     """
 
@@ -176,6 +182,7 @@ class GenerationRequest:
     special: bool = False
     logprobs: int | None = None
     reasoning: ReasoningSpec | None = None
+    lora: Mapping[str | int, float] | None = None
     request_id: str = field(default_factory=new_request_id)
 
     def has_images(self) -> bool:
@@ -258,13 +265,13 @@ class ChatRequest(GenerationRequest):
 class CompletionRequest(GenerationRequest):
     """Raw completion of a text (or of token ids) with no chat template.
 
-    ``images`` go where the prompt text holds ``Engine.media_marker``, one marker per image in
-    order; text must follow the last image.
+    ``images`` (images and audio clips alike) go where the prompt text holds
+    ``Engine.media_marker``, one marker per item in order; text must follow the last one.
     """
 
     prompt: str | Sequence[int]
     add_bos: bool = True
-    images: Sequence[ImageInput] = ()
+    images: Sequence[MediaInput] = ()
 
     def has_images(self) -> bool:
         return bool(self.images)

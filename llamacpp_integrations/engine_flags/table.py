@@ -279,18 +279,20 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
         "lora_adapters",
         "`--lora`",
         read=values.loras,
-        metavar="FILE[,...]",
+        metavar="[NAME=]FILE[,...]",
         many=True,
-        help="A LoRA adapter applied with scale 1 (repeatable).",
+        help="A LoRA adapter applied with scale 1, `NAME=FILE` to give requests a name to "
+        "choose it by (repeatable).",
     ),
     EngineFlag(
         ("--lora-scaled",),
         "lora_adapters",
         "`--lora-scaled`",
         read=values.scaled_loras,
-        metavar="FILE:SCALE[,...]",
+        metavar="[NAME=]FILE:SCALE[,...]",
         many=True,
-        help="A LoRA adapter applied with its scale (repeatable).",
+        help="A LoRA adapter applied with its scale; scale 0 loads it for the requests "
+        "that ask for it only (repeatable).",
     ),
     EngineFlag(
         ("--chat-template-file",),

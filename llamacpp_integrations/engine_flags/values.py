@@ -8,6 +8,8 @@ import argparse
 import re
 from pathlib import Path
 
+from ..engine.config_values import LoraAdapter
+
 __all__ = [
     "UNITS",
     "count",
@@ -77,20 +79,36 @@ def template_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"cannot read {text}: {error.strerror}") from None
 
 
-def loras(text: str) -> list[str]:
-    """Adapter files, comma-separated as llama-server's ``--lora`` takes them."""
-    return [part for part in text.split(",") if part]
+_ADAPTER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-def scaled_loras(text: str) -> list[tuple[str, float]]:
-    """``FILE:SCALE`` pairs, comma-separated as llama-server's ``--lora-scaled`` takes them."""
-    pairs = []
+def _named(part: str) -> tuple[str | None, str]:
+    """``NAME=FILE`` as ``(NAME, FILE)``, a plain ``FILE`` as ``(None, FILE)``."""
+    name, equals, path = part.partition("=")
+    if equals and path and _ADAPTER_NAME.fullmatch(name):
+        return name, path
+    return None, part
+
+
+def loras(text: str) -> list[LoraAdapter]:
+    """Adapter files, comma-separated as llama-server's ``--lora`` takes them; each may be
+    named ``NAME=FILE`` (requests choose adapters by name)."""
+    return [
+        LoraAdapter(path, 1.0, name) for name, path in map(_named, filter(None, text.split(",")))
+    ]
+
+
+def scaled_loras(text: str) -> list[LoraAdapter]:
+    """``FILE:SCALE`` pairs (or ``NAME=FILE:SCALE``), comma-separated as llama-server's
+    ``--lora-scaled`` takes them."""
+    adapters = []
     for part in filter(None, text.split(",")):
-        path, _, scale = part.rpartition(":")
+        name, spec = _named(part)
+        path, _, scale = spec.rpartition(":")
         try:
-            pairs.append((path, float(scale)))
+            adapters.append(LoraAdapter(path, float(scale), name))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{part!r}: FILE:SCALE") from None
         if not path:
             raise argparse.ArgumentTypeError(f"{part!r}: FILE:SCALE")
-    return pairs
+    return adapters

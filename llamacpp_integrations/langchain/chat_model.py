@@ -42,7 +42,7 @@ from ..engine import ChatRequest, InferenceEngine, Timings, Usage
 from ..errors import ImageInputNotSupportedError, ModelLoadError
 from ..models import resolve_model_path
 from ..models.resolve import model_spec
-from ..multimodal import image_reader_for
+from ..multimodal import media_reader_for
 from ..tools import ToolStreamChunk
 from .messages import (
     PROVIDER,
@@ -264,7 +264,7 @@ class ChatLlamaCpp(BaseChatModel, SamplingSettings, CallSettings, EngineSettings
                         self.model,
                     )
                 engine = self._get_engine()
-        reader = image_reader_for(engine.info, self.image_policy)
+        reader = media_reader_for(engine.info, self.image_policy)
         return engine.count_prompt_tokens(self._count_request(messages, specs, reader))
 
     def _count_request(

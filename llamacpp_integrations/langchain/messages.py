@@ -7,7 +7,9 @@ parts (``{"type": "text"}``, ``{"type": "image_url"}``), v0 standard data blocks
 one string, because most GGUF chat templates print ``message.content`` as it is; a message with
 images becomes text and image parts in their order. Images are read by the ``ImageReader`` the
 chat model gives (its ``ImagePolicy`` applied); without one, an image is refused before anything
-is fetched.
+is fetched. Audio blocks (v1 ``{"type": "audio", "base64": ...}`` or ``"url"``, v0
+``source_type`` forms, OpenAI's ``input_audio``) are read by the same reader's ``audio``
+(``multimodal.read_audio``): the same policy, a model with an audio projector.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..client import openai_logprobs
 from ..client.content import template_content
 from ..engine import ImageInput, Timings, TokenLogprob, Usage
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
+from ..multimodal import input_audio_source, read_audio
 from ..tools import InvalidToolCall, ToolCall, ToolCallDelta
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
 PROVIDER = "llamacpp"
 
 _IMAGE_TYPES = {"image", "image_url", "input_image"}
+_AUDIO_TYPES = {"audio", "input_audio"}
 _SKIPPED_ANY_TYPES = {"non_standard"}
 
 ImageReader = Callable[[str], ImageInput]
@@ -104,6 +108,29 @@ def _image_source(part: dict[str, Any]) -> str:
     raise UnsupportedContentError(f"this {kind!r} block names no image data or URL")
 
 
+def _audio_source(part: dict[str, Any]) -> str:
+    """The data URI, base64, URL or path an audio block points at, in any of LangChain's forms."""
+    if part.get("type") == "input_audio":
+        return input_audio_source(part.get("input_audio"), "the input_audio block")
+    mime = part.get("mime_type")
+    data = part.get("base64")  # v1
+    if data is None and part.get("source_type") == "base64":  # v0 standard
+        data = part.get("data")
+    if isinstance(data, str) and data:
+        return f"data:{mime};base64,{data}" if isinstance(mime, str) and mime else data
+    url = part.get("url")
+    if url is None and part.get("source_type") == "url":
+        url = part.get("data")
+    if isinstance(url, str) and url:
+        return url
+    if part.get("file_id") or part.get("source_type") == "id":
+        raise UnsupportedContentError(
+            "audio blocks that name a provider's file id cannot be read here: pass the clip as "
+            "base64 data or a URL"
+        )
+    raise UnsupportedContentError("this audio block names no data or URL")
+
+
 def _content(
     content: str | list[str | dict[str, Any]], role: str, read_image: ImageReader | None
 ) -> str | list[dict[str, Any]]:
@@ -124,13 +151,15 @@ def _content(
                     "this model has no image projector (mmproj), so it cannot take image inputs"
                 )
             parts.append({"type": "image", "image": read_image(_image_source(part))})
+        elif kind in _AUDIO_TYPES and role != "assistant":
+            parts.append({"type": "audio", "audio": read_audio(read_image, _audio_source(part))})
         elif kind in _SKIPPED_ANY_TYPES or role == "assistant":
             # An earlier answer may carry other providers' blocks (tool_use, thinking...):
             # its calls are read from AIMessage.tool_calls, the rest is not prompt text.
             continue
         else:
             raise UnsupportedContentError(
-                f"content blocks of type {kind!r} are not supported (text and images are)"
+                f"content blocks of type {kind!r} are not supported (text, images and audio are)"
             )
     return template_content(parts)
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from langchain_core.language_models.model_profile import ModelProfile
 
 from ..client import ModelWindow, estimated_window
-from ..client.model_facts import PlacementFacts, image_inputs, placement_facts
+from ..client.model_facts import PlacementFacts, audio_inputs, image_inputs, placement_facts
 from ..engine import InferenceEngine
 from ..errors import LlamaCppIntegrationError
 from ..models import GGUFInfo, cached_model_info
@@ -113,6 +113,11 @@ def _profile_of(chat: ProfiledChat, info: GGUFInfo | None) -> ModelProfile:
     if images is not None:
         profile["image_inputs"] = images
         profile["image_url_inputs"] = images and chat.image_policy.allow_remote
+    if chat.engine is not None or chat.base_url is None:
+        mmproj = None if chat.engine is not None else chat._engine_settings().get("mmproj")
+        audio = audio_inputs(chat.engine, mmproj)
+        if audio is not None:
+            profile["audio_inputs"] = audio
     if chat.chat_template is not None:
         profile["reasoning_output"] = _shows_reasoning(chat.chat_template)
     # What one request gets from the engine these settings make, not the training context.

@@ -39,7 +39,7 @@ from ..client import (
     engine_settings_of,
     model_display_name,
 )
-from ..client.model_facts import image_inputs, placement_facts
+from ..client.model_facts import audio_inputs, image_inputs, placement_facts
 from ..engine import InferenceEngine
 from .messages import to_engine_messages, tools_to_openai
 from .metadata import LlamaCppMetadata
@@ -204,6 +204,7 @@ class LlamaCpp(
             is_function_calling_model=True,
             model_name=window.name,
             image_inputs=image_inputs(engine, mmproj, model=self.model, model_path=None),
+            audio_inputs=audio_inputs(engine, mmproj),
             placement=placement_facts(engine),
         )
 

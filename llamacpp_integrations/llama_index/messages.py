@@ -10,7 +10,9 @@
   (its data, path or URL) is read with the LLM's image reader, which holds it to the
   ``ImagePolicy`` and decodes it, and the message then
   carries text and image parts in their order (``ImageInputNotSupportedError`` when the model
-  has no projector, before anything is read); any other block raises
+  has no projector, before anything is read); ``AudioBlock`` (its data, path or URL) is read
+  the same way by the reader's ``audio`` (``multimodal.read_audio``: the same policy, and
+  ``AudioInputNotSupportedError`` without an audio projector); any other block raises
   ``UnsupportedContentError`` naming it;
 * tool calls of an assistant message come from its ``ToolCallBlock`` s or, when it has none,
   from ``additional_kwargs["tool_calls"]`` (OpenAI dicts or objects), read by
@@ -27,9 +29,10 @@ import binascii
 from collections.abc import Callable, Mapping, Sequence
 from io import IOBase
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.base.llms.types import (
+    AudioBlock,
     CachePoint,
     ImageBlock,
     MessageRole,
@@ -41,8 +44,13 @@ from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
 from llama_index.core.tools.types import BaseTool
 
 from ..engine import ChatMessage, ImageInput
-from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
-from ..multimodal import ImageSource
+from ..errors import (
+    AudioInputNotSupportedError,
+    ImageInputNotSupportedError,
+    InvalidRequestError,
+    UnsupportedContentError,
+)
+from ..multimodal import AudioSource, ImageSource, read_audio
 from ..tools import read_tool_calls
 
 __all__ = [
@@ -80,18 +88,21 @@ def has_image_blocks(messages: Sequence[LIChatMessage]) -> bool:
     return any(isinstance(block, ImageBlock) for message in messages for block in message.blocks)
 
 
-def _image_source(block: ImageBlock, where: str) -> ImageSource:
-    """What an ``ImageBlock`` holds: its bytes (LlamaIndex keeps them base64), path or URL.
+def _image_source(block: ImageBlock | AudioBlock, where: str) -> ImageSource:
+    """What an ``ImageBlock`` (or ``AudioBlock``) holds: its bytes (LlamaIndex keeps them
+    base64), path or URL.
 
-    ``ImageBlock.resolve_image`` is not used: it would fetch any URL, unchecked.
+    ``ImageBlock.resolve_image`` (``AudioBlock.resolve_audio``) is not used: it would fetch any
+    URL, unchecked.
     """
-    if block.image is not None:
-        data = block.image
+    name = type(block).__name__
+    data = block.image if isinstance(block, ImageBlock) else block.audio
+    if data is not None:
         if isinstance(data, IOBase):
             data.seek(0)
             data = data.read()
         if not isinstance(data, bytes):
-            raise UnsupportedContentError(f"{where}: ImageBlock.image must hold bytes")
+            raise UnsupportedContentError(f"{where}: {name} data must be bytes")
         try:
             return base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
@@ -100,7 +111,7 @@ def _image_source(block: ImageBlock, where: str) -> ImageSource:
         return Path(block.path)
     if block.url is not None:
         return str(block.url)
-    raise UnsupportedContentError(f"{where}: the ImageBlock has no image, path or url")
+    raise UnsupportedContentError(f"{where}: the {name} has no data, path or url")
 
 
 def _block_part(
@@ -116,11 +127,17 @@ def _block_part(
         if read_image is None:
             raise ImageInputNotSupportedError(f"{where}: {_IMAGE_MESSAGE}")
         return {"type": "image", "image": read_image(_image_source(block, where))}
+    if isinstance(block, AudioBlock):
+        try:
+            clip = read_audio(read_image, cast(AudioSource, _image_source(block, where)))
+        except AudioInputNotSupportedError as error:
+            raise AudioInputNotSupportedError(f"{where} (AudioBlock): {error}") from None
+        return {"type": "audio", "audio": clip}
     kind = getattr(block, "block_type", None)
     raise UnsupportedContentError(
         f"{where} is a {type(block).__name__}"
         + (f" (block_type {kind!r})" if kind else "")
-        + ", which this model cannot take: only text and image content (and tool calls on "
+        + ", which this model cannot take: only text, image and audio content (and tool calls on "
         "assistant messages) is passed on"
     )
 

@@ -19,13 +19,18 @@ __all__ = ["LlamaCppMetadata"]
 
 
 class LlamaCppMetadata(LLMMetadata):
-    """``LLMMetadata`` with this LLM's image input and placement."""
+    """``LLMMetadata`` with this LLM's image and audio input and placement."""
 
     image_inputs: bool | None = Field(
         default=None,
         description="Whether messages may carry images (a projector is loaded, or set: "
         "mmproj, or the projector an ollama:// vision model's manifest names); None: not "
         "known before the engine loads (mmproj='auto' with no projector on disk yet).",
+    )
+    audio_inputs: bool | None = Field(
+        default=None,
+        description="Whether messages may carry audio (the projector has an audio encoder, as "
+        "the loaded engine or the projector file's header says); None: not known yet.",
     )
     placement: PlacementFacts | None = Field(
         default=None,

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ..errors import ChatTemplateError
 from .chat_template import ChatTemplate, TemplateMessage, messages_to_dicts, strip_leading_bos
-from .media import ImageInput, flatten_parts
+from .media import MediaInput, flatten_parts
 from .reasoning import ReasoningFormat, ReasoningSpec, template_kwargs_for
 
 __all__ = ["TEMPLATE_CACHE_SIZE", "ChatPrompt", "ChatTemplates", "template_inputs"]
@@ -138,7 +138,7 @@ class ChatTemplates:
 
     def render(
         self, request: ChatPrompt, *, marker: str | None = None
-    ) -> tuple[str, list[ImageInput]]:
+    ) -> tuple[str, list[MediaInput]]:
         """The chat's prompt text, images as ``marker``, and its images in prompt order.
 
         ``marker`` is ``None`` when the request has no images.

@@ -1,7 +1,8 @@
 """``GenerateBatches``: a Ray Data callable class that answers a prompt per row.
 
 A row's prompt is a template over its columns (``"Summarize: {body}"``) or a column holding
-the whole prompt; it is sent as a chat (an optional system message, then the prompt as the
+the whole prompt, with the image in ``image_column`` after it when one is named; it is sent as
+a chat (an optional system message, then the prompt as the
 user's turn) through the same path as the chat adapters' calls (``client.CallSite``): the
 answer is text, or, with ``schema``, JSON the grammar holds to that schema, parsed and (for a
 pydantic class) validated, one output column per field, as ``with_structured_output`` gives
@@ -22,9 +23,10 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..client import CallSettings, CallSite, SamplingSettings
-from ..client.plan import CallResult
+from ..client.plan import CallResult, ImageReader
 from ..engine import InferenceEngine
-from ..errors import InvalidRequestError
+from ..errors import ImageInputNotSupportedError, InvalidRequestError
+from ..multimodal import ImageSource
 from ..tools import normalize_tools
 from .batch_engine import BatchJobSettings
 from .batch_rows import (
@@ -66,8 +68,13 @@ class GenerateBatches:
     answer's text goes to ``output_column`` and its calls, as JSON text (a list of
     ``{"name", "arguments"}``), to ``tool_calls_column``.
 
-    A row that fails (a missing or empty template column, a prompt over the context, an
-    answer ``max_tokens`` cut before its JSON was whole, a value the pydantic class refuses)
+    With ``image_column``, each row's image (encoded bytes, or a data URI, base64, URL or path
+    as ``image_policy`` allows: by default in-memory data only) follows its prompt in the
+    user's turn; the model needs a projector (``mmproj``).
+
+    A row that fails (a missing or empty template column, a prompt over the context, an image
+    that does not load, an answer ``max_tokens`` cut before its JSON was whole, a value the
+    pydantic class refuses)
     gets ``None`` in its result columns and its error in ``error_column``; the others keep
     theirs, in the input's order.
 
@@ -76,6 +83,7 @@ class GenerateBatches:
         template: A ``str.format`` template over the row's columns.
         prompt_column: A column holding each row's whole prompt.
         system: A system message put before every prompt.
+        image_column: A column holding each row's image.
         schema: The structured answer's schema.
         tools: Tools the model may call (``tool_choice`` says whether it must).
         tool_choice: ``"auto"``, ``"required"``, ``"none"`` or a tool's name.
@@ -118,6 +126,7 @@ class GenerateBatches:
         template: str | None = None,
         prompt_column: str | None = None,
         system: str | None = None,
+        image_column: str | None = None,
         schema: Schema | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: object = "auto",
@@ -135,6 +144,7 @@ class GenerateBatches:
         self.template = template
         self.prompt_column = prompt_column
         self.system = system
+        self.image_column = image_column
         self.schema = schema
         self.output_column = output_column
         self.output_prefix = output_prefix
@@ -173,11 +183,26 @@ class GenerateBatches:
     def _row(
         self, columns: Mapping[str, Sequence[Any]], row: int
     ) -> Callable[[], Awaitable[CallResult | Any]]:
-        async def call() -> CallResult | Any:
-            messages = [{"role": "user", "content": self.prompt(columns, row)}]
+        def messages_of(read_image: ImageReader | None) -> list[dict[str, Any]]:
+            # Runs where the executor reads images (a thread for async calls): a URL's fetch
+            # or a large decode never holds up the other rows on the loop.
+            content: str | list[dict[str, Any]] = self.prompt(columns, row)
+            if self.image_column is not None:
+                source = _image_cell(columns, self.image_column, row)
+                if read_image is None:
+                    raise ImageInputNotSupportedError(
+                        "this model has no image projector (mmproj), so it cannot read the "
+                        f"images in column {self.image_column!r}"
+                    )
+                content = [{"type": "text", "text": content}]
+                content.append({"type": "image", "image": read_image(source)})
+            messages = [{"role": "user", "content": content}]
             if self.system is not None:
                 messages.insert(0, {"role": "system", "content": self.system})
-            prepared = self._site.prepare(self._call, lambda _images: messages)
+            return messages
+
+        async def call() -> CallResult | Any:
+            prepared = self._site.prepare(self._call, messages_of)
             result = await prepared.agenerate()
             if isinstance(self.schema, type):  # a pydantic class checks what the grammar let by
                 return self.schema.model_validate(result.value).model_dump(mode="json")
@@ -232,6 +257,23 @@ def _cell(columns: Mapping[str, Sequence[Any]], name: str, row: int) -> object:
         if value is None or (isinstance(value, float) and value != value):  # NaN: missing
             raise
         return value
+
+
+def _image_cell(columns: Mapping[str, Sequence[Any]], name: str, row: int) -> ImageSource:
+    """A row's image source: encoded bytes as they are, a string as ``image_policy`` reads it
+    (a data URI, base64, URL or path); a missing column or value is the row's
+    ``InvalidRequestError``."""
+    if name not in columns:
+        raise InvalidRequestError(
+            f"the batch has no column {name!r} (columns: {', '.join(sorted(columns))})"
+        )
+    value = columns[name][row]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str) and value:
+        return value
+    shown = "a missing value" if value is None or value == "" else f"a {type(value).__name__}"
+    raise InvalidRequestError(f"column {name!r} holds {shown}, not an image")
 
 
 def _properties(schema: Schema | None) -> list[str]:

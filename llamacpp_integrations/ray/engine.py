@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar, cast
 
 from ..engine.interface import PromptRequest
+from ..engine.lora import LoraInfo
 from ..engine.results import Completion, EngineStats, ModelInfo, StreamChunk
 from ..engine.types import ChatRequest, GenerationRequest
-from ..errors import EngineClosedError, ServerUnavailableError
+from ..errors import EngineClosedError, InvalidRequestError, ServerUnavailableError
 from ..optional import requires
 from .failures import deployment_url, typed_error
 
@@ -45,6 +46,12 @@ T = TypeVar("T")
 # Blocking handle calls made from a thread that runs an event loop wait here instead.
 _WAITERS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="ray-engine")
 _END = object()
+
+
+_EVERY_REPLICA = (
+    "a Ray deployment's replicas each serve an engine of their own: give its LoRA adapters "
+    "in the deployment's engine settings (lora_adapters) instead"
+)
 
 
 def _blocking(call: Callable[[], T]) -> T:
@@ -192,6 +199,23 @@ class RayEngine:
         if self._chunks is None:
             self._chunks = bool(self._call("chunks_long_texts"))
         return self._chunks
+
+    @property
+    def lora_adapters(self) -> list[LoraInfo]:
+        """The LoRA adapters requests may choose (``lora``), as a replica lists them: every
+        replica's engine has the deployment's settings."""
+        adapters: list[LoraInfo] = self._call("lora_adapters")
+        return adapters
+
+    def load_lora(
+        self, name: str, path: str, *, scale: float = 0.0, timeout: float | None = 60
+    ) -> LoraInfo:
+        """Refused: a call reaches one replica, and each has an engine of its own."""
+        raise InvalidRequestError(_EVERY_REPLICA)
+
+    def set_lora_scales(self, scales: Mapping[str | int, float]) -> None:
+        """Refused: a call reaches one replica, and each has an engine of its own."""
+        raise InvalidRequestError(_EVERY_REPLICA)
 
     def stats(self) -> EngineStats:
         """The running and waiting requests of the replica that answers (Serve picks it)."""

@@ -32,7 +32,8 @@ from dataclasses import fields
 from typing import Any
 
 from ..engine.config import EngineConfig
-from ..engine.interface import InferenceEngine, PromptRequest, RerankingEngine
+from ..engine.interface import InferenceEngine, LoraEngine, PromptRequest, RerankingEngine
+from ..engine.lora import LoraInfo
 from ..engine.registry import EngineHold, hold_engine
 from ..engine.results import Completion, EngineStats, ModelInfo, StreamChunk
 from ..engine.types import ChatRequest, GenerationRequest
@@ -139,6 +140,11 @@ class EngineService:
             raise InvalidRequestError(f"{type(self._engine).__name__} gives no token pieces")
         result: bytes = piece(token, special=special)
         return result
+
+    def lora_adapters(self) -> list[LoraInfo]:
+        """The replica's LoRA adapters (none for an engine without them)."""
+        engine = self._engine
+        return engine.lora_adapters if isinstance(engine, LoraEngine) else []
 
     def render_chat(self, request: ChatRequest) -> str:
         """The prompt text a chat request becomes."""

@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import warnings
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
 from ..engine.interface import PromptRequest
+from ..engine.lora import LoraInfo
 from ..engine.results import Completion, EngineStats, ModelInfo, StreamChunk
 from ..engine.types import ChatRequest, CompletionRequest, GenerationRequest
 from ..errors import (
@@ -43,6 +44,7 @@ from .capabilities import RouterModel, ServerCapabilities, detect, is_router, ro
 from .collect import acollect, collect
 from .completion_stream import CompletionStream
 from .embeddings import RemoteEmbeddings
+from .lora import RemoteLoras, refused
 from .payload import completion_body
 from .prompts import RemotePrompts
 from .server_info import ServerDescription, describe_server, parse_metrics, stats_from
@@ -113,6 +115,7 @@ class RemoteEngine:
         self._desc: ServerDescription | None = None
         self._prompts = RemotePrompts(self.base_url, self._gen)
         self._embeddings = RemoteEmbeddings(self._emb, self.embeddings_url)
+        self._loras = RemoteLoras(self._gen)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -233,6 +236,24 @@ class RemoteEngine:
             )
         self._gen.post_json(path, {"model": name})
 
+    # ---- LoRA adapters (``LoraEngine``) ------------------------------------------------------
+
+    @property
+    def lora_adapters(self) -> list[LoraInfo]:
+        """The server's adapters (``GET /lora-adapters``), named by their files."""
+        self._check_open()
+        return self._loras.list()
+
+    def load_lora(
+        self, name: str, path: str, *, scale: float = 0.0, timeout: float | None = 60
+    ) -> LoraInfo:
+        """Refused: llama-server loads its adapters when it starts (``--lora``)."""
+        raise refused("loading an adapter while serving", self.base_url, self._gen.build)
+
+    def set_lora_scales(self, scales: Mapping[str | int, float]) -> None:
+        """Refused here: set them at the server's own ``POST /lora-adapters``."""
+        raise refused("setting default scales from a client", self.base_url, self._gen.build)
+
     @property
     def info(self) -> ModelInfo:
         """The served model, from ``/props`` and ``/v1/models`` (``path`` is the URL)."""
@@ -324,7 +345,9 @@ class RemoteEngine:
         prompt, images = self._prompts.prompt(request, desc)
         if not prompt:
             raise InvalidRequestError("the prompt is empty", request_id=request.request_id)
-        return completion_body(request, prompt, images)
+        return completion_body(request, prompt, images) | self._loras.field(
+            request.lora, request.request_id
+        )
 
     def _completion(self, request: GenerationRequest) -> CompletionStream:
         return CompletionStream(request, self._body(request), self._gen)

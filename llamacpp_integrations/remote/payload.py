@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..engine.types import GenerationRequest, SamplingParams
-from ..prompts.media import ImageInput
+from ..prompts.media import AudioInput, ImageInput, MediaInput
 
 __all__ = [
     "TRIGGER_PATTERN",
@@ -74,16 +74,24 @@ def encode_image(image: ImageInput) -> str:
     return base64.b64encode(header + image.rgb).decode("ascii")
 
 
+def encode_media(item: MediaInput) -> str:
+    """An image as ``encode_image`` makes it; a clip as its checked WAV, FLAC or MP3 bytes in
+    base64 (the server decodes and resamples it with the same libmtmd helper)."""
+    if isinstance(item, AudioInput):
+        return base64.b64encode(item.data).decode("ascii")
+    return encode_image(item)
+
+
 def completion_body(
     request: GenerationRequest,
     prompt: str | list[int],
-    images: Sequence[ImageInput] = (),
+    images: Sequence[MediaInput] = (),
 ) -> dict[str, Any]:
     """The ``/completion`` body for ``request`` with its prompt already made."""
     body: dict[str, Any] = {
         "prompt": prompt
         if not images
-        else {"prompt_string": prompt, "multimodal_data": [encode_image(i) for i in images]},
+        else {"prompt_string": prompt, "multimodal_data": [encode_media(i) for i in images]},
         "stream": True,
         "cache_prompt": True,
         "n_predict": request.max_tokens if request.max_tokens is not None else -1,

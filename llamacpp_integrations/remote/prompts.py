@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from ..engine.interface import PromptRequest
 from ..engine.types import ChatRequest, GenerationRequest
-from ..errors import ImageInputNotSupportedError, InvalidRequestError
+from ..errors import AudioInputNotSupportedError, ImageInputNotSupportedError, InvalidRequestError
 from ..prompts.chat_rendering import ChatTemplates
-from ..prompts.media import ImageInput, require_image
+from ..prompts.media import (
+    AudioInput,
+    ImageInput,
+    MediaInput,
+    images_in,
+    messages_have_audio,
+    messages_have_images,
+    require_image,
+)
 from .server_info import ServerDescription
 from .transport import Transport
 
@@ -41,14 +49,14 @@ class RemotePrompts:
             owner=f"the model at {self._base_url}",
         )
 
-    def render(self, request: ChatRequest, desc: ServerDescription) -> tuple[str, list[ImageInput]]:
-        """A chat's prompt text (images as the server's media marker) and its images."""
+    def render(self, request: ChatRequest, desc: ServerDescription) -> tuple[str, list[MediaInput]]:
+        """A chat's prompt text (media as the server's media marker) and its images and clips."""
         marker = self._require_images(request, desc) if request.has_images() else None
         return self._templates.render(request, marker=marker)
 
     def prompt(
         self, request: PromptRequest, desc: ServerDescription
-    ) -> tuple[str | list[int], list[ImageInput]]:
+    ) -> tuple[str | list[int], list[MediaInput]]:
         """The prompt as the server takes it: text (BOS added there), or token ids."""
         if isinstance(request, ChatRequest):
             text, images = self.render(request, desc)
@@ -70,7 +78,10 @@ class RemotePrompts:
             return tokens, []
         if request.images:
             marker = self._require_images(request, desc)
-            images = [require_image(i, "images[]") for i in request.images]
+            images = [
+                i if isinstance(i, AudioInput) else require_image(i, "images[]")
+                for i in request.images
+            ]
             check_markers(request.prompt, marker, len(images), request.request_id)
             return request.prompt, images
         if not request.add_bos and self._adds_bos:
@@ -80,7 +91,14 @@ class RemotePrompts:
         return request.prompt, []
 
     def _require_images(self, request: GenerationRequest, desc: ServerDescription) -> str:
-        if desc.media_marker is None:
+        if _has_audio(request) and not desc.capabilities.audio:
+            raise AudioInputNotSupportedError(
+                f"the server at {self._base_url} (llama-server build "
+                f"{desc.capabilities.build or 'unknown'}) has no audio projector (start it "
+                "with an --mmproj that has an audio encoder)",
+                request_id=request.request_id,
+            )
+        if desc.media_marker is None or (_has_image(request) and not desc.capabilities.vision):
             raise ImageInputNotSupportedError(
                 f"the server at {self._base_url} (llama-server build "
                 f"{desc.capabilities.build or 'unknown'}) has no image projector (start it "
@@ -103,3 +121,19 @@ def check_markers(prompt: str, marker: str, n_images: int, request_id: str) -> N
             "first token off the last text token)",
             request_id=request_id,
         )
+
+
+def _has_audio(request: GenerationRequest) -> bool:
+    if isinstance(request, ChatRequest):
+        return messages_have_audio(request.messages)
+    images = getattr(request, "images", ())
+    return any(isinstance(item, AudioInput) for item in images)
+
+
+def _has_image(request: GenerationRequest) -> bool:
+    if isinstance(request, ChatRequest):
+        return messages_have_images(request.messages) and any(
+            isinstance(item, ImageInput) for item in images_in(list(request.messages))
+        )
+    images = getattr(request, "images", ())
+    return any(not isinstance(item, AudioInput) for item in images)

@@ -55,6 +55,7 @@ def describe_server(
     settings = props.get("default_generation_settings") or {}
     model_path = str(props.get("model_path") or "")
     vision = caps.vision
+    projector = caps.vision or caps.audio
     n_ctx = int(settings.get("n_ctx") or meta.get("n_ctx") or 0)
     info = ModelInfo(
         path=url,
@@ -69,14 +70,18 @@ def describe_server(
         size_bytes=int(meta.get("size") or 0),
         chat_template=props.get("chat_template") or None,
         # The projector's file is on the server; its presence is what ``supports_images`` asks.
-        mmproj=f"{url} (server projector)" if vision else None,
+        mmproj=f"{url} (server projector)" if projector else None,
         image_max_side=IMAGE_MAX_SIDE if vision else None,
+        vision_encoder=vision,
+        # /props does not say the rate; llama.cpp's audio encoders all read 16 kHz, and the
+        # server resamples every clip to its projector's rate itself.
+        audio_sample_rate=16000 if caps.audio else None,
         context_reason="the server's slot context (-c divided by -np)",
     )
     return ServerDescription(
         info=info,
         build_info=str(props.get("build_info", "")),
-        media_marker=caps.media_marker if vision else None,
+        media_marker=caps.media_marker if projector else None,
         bos_token=str(props.get("bos_token") or ""),
         eos_token=str(props.get("eos_token") or ""),
         n_slots=int(props.get("total_slots") or 0),

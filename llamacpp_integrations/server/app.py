@@ -26,6 +26,7 @@ from .errors import ApiError
 from .exchange import Exchange
 from .metrics import ServerMetrics
 from .openai.extras import LlamaExtras
+from .openai.lora_adapters import LORA_ADAPTERS, LoraAdapters
 from .openai.rerank import RERANK_PATHS, Reranker
 from .openai.routes import Endpoints
 from .responses_api.routes import ResponsesApi
@@ -106,6 +107,7 @@ def create_app(
     anthropic = AnthropicEndpoints(exchange, settings)
     extras = LlamaExtras(exchange, settings)
     reranker = Reranker(exchange, settings)
+    loras = LoraAdapters(exchange)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -127,6 +129,8 @@ def create_app(
         Route("/tokenize", extras.tokenize, methods=["POST"]),
         Route("/detokenize", extras.detokenize, methods=["POST"]),
         Route("/apply-template", extras.apply_template, methods=["POST"]),
+        Route(LORA_ADAPTERS, loras.list, methods=["GET"]),
+        Route(LORA_ADAPTERS, loras.set, methods=["POST"]),
         *(Route(path, reranker.rerank, methods=["POST"]) for path in RERANK_PATHS),
     ]
     # Outermost first: CORS answers preflights (and marks refusals), then the key, then the

@@ -4,9 +4,9 @@ policy.
 The template shape is OpenAI's own (roles, ``tool_calls``, ``tool_call_id``), so this is a check
 and a copy: ``developer`` becomes ``system`` and ``function`` becomes ``tool``, an earlier
 answer's calls are read by ``tools.read_tool_calls``, its ``reasoning_content`` kept for the
-templates that render it, and ``image_url`` parts in user messages read by the reader the client
-core gives. Chat completions, ``/apply-template`` and the Responses API (whose input items are
-first turned into such messages) all read their conversations here.
+templates that render it, and ``image_url`` and ``input_audio`` parts in user messages read by
+the reader the client core gives. Chat completions, ``/apply-template`` and the Responses API
+(whose input items are first turned into such messages) all read their conversations here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from ..client.content import template_content
 from ..client.plan import ImageReader
 from ..errors import ImageInputNotSupportedError, InvalidRequestError, UnsupportedContentError
+from ..multimodal import input_audio_source, read_audio
 from ..tools import read_tool_calls
 from .errors import invalid_request
 
@@ -97,6 +98,9 @@ def _content(
                     "this model has no image projector (mmproj), so it cannot take image inputs"
                 )
             parts.append({"type": "image", "image": read_image(url)})
+        elif kind == "input_audio" and role == "user":
+            source = input_audio_source(part.get("input_audio"), f"{param}.content[{i}]")
+            parts.append({"type": "audio", "audio": read_audio(read_image, source)})
         elif kind == "refusal" and role == "assistant":
             continue
         elif kind is None:
@@ -104,6 +108,6 @@ def _content(
         else:
             raise UnsupportedContentError(
                 f"{param}.content[{i}]: parts of type {kind!r} are not supported (text, and "
-                "image_url in user messages, are)"
+                "image_url and input_audio in user messages, are)"
             )
     return template_content(parts)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
+    AudioInputNotSupportedError,
+    AudioLoadError,
     ChatTemplateError,
     ContextOverflowError,
     EngineClosedError,
@@ -30,6 +32,7 @@ from ..errors import (
     SchemaNotSupportedError,
     ServerUnavailableError,
     ToolCallParseError,
+    UnknownAdapterError,
     UnknownOptionError,
     UnsupportedContentError,
     UntestedServerError,
@@ -54,11 +57,14 @@ class ErrorRow:
 # Most specific first: the first row whose class matches answers.
 ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(UnknownOptionError, 400, "invalid_request_error", "unknown_parameter"),
+    ErrorRow(UnknownAdapterError, 400, "invalid_request_error", "unknown_lora_adapter"),
     ErrorRow(ContextOverflowError, 400, "invalid_request_error", "context_length_exceeded"),
     ErrorRow(ChatTemplateError, 400, "invalid_request_error", "chat_template_error"),
     ErrorRow(SchemaNotSupportedError, 400, "invalid_request_error", "schema_not_supported"),
     ErrorRow(ImageInputNotSupportedError, 400, "invalid_request_error", "image_not_supported"),
     ErrorRow(ImageLoadError, 400, "invalid_request_error", "image_load_failed"),
+    ErrorRow(AudioInputNotSupportedError, 400, "invalid_request_error", "audio_not_supported"),
+    ErrorRow(AudioLoadError, 400, "invalid_request_error", "audio_load_failed"),
     ErrorRow(UnsupportedContentError, 400, "invalid_request_error", "unsupported_content"),
     ErrorRow(InvalidRequestError, 400, "invalid_request_error", "invalid_request"),
     ErrorRow(EngineOverloadedError, 429, "rate_limit_error", "queue_full"),
@@ -120,7 +126,7 @@ def api_error_of(error: BaseException) -> ApiError:
             if row.status in (429, 503):
                 headers = (("Retry-After", str(RETRY_AFTER_S)),)
             code = row.code
-            if isinstance(error, ImageLoadError):
+            if isinstance(error, ImageLoadError | AudioLoadError):
                 code = f"{code}:{error.reason}"
             return ApiError(row.status, str(error), row.type, code, headers=headers)
     # Not one of ours: a bug. Say so without leaking internals.

@@ -30,6 +30,7 @@ from .scripted import (
 )
 from .scripted_capabilities import (
     ScriptedChunkingEngine,
+    ScriptedLoraEngine,
     ScriptedRerankingEngine,
     ScriptedServer,
     ScriptedTokenPieceEngine,
@@ -49,6 +50,7 @@ __all__ = [
     "ReplayEngine",
     "ScriptedChunkingEngine",
     "ScriptedEngine",
+    "ScriptedLoraEngine",
     "ScriptedRerankingEngine",
     "ScriptedServer",
     "ScriptedTokenPieceEngine",

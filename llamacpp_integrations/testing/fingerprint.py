@@ -6,7 +6,9 @@ are reduced to a hash, and the tool-call ids the package makes up (``call_`` and
 digits, carried back in the next turn's messages) become ``call_1``, ``call_2``... in the order
 they first appear. Everything else that can change the answer is in: the messages (or the prompt
 text or token ids), tools, template and its variables, sampling, ``max_tokens``, stop strings,
-grammar and its triggers, log-probabilities, reasoning, ``special`` and ``ignore_eos``.
+grammar and its triggers, log-probabilities, reasoning, ``special`` and ``ignore_eos``, and
+the LoRA adapters it asks for (``lora``; left out when it names none, so the engine's defaults
+apply, as cassettes recorded before requests could choose adapters have it).
 
 Mappings come out with sorted keys and sequences as lists, so a fingerprint compares (and is
 written) the same however the caller built the request.
@@ -112,6 +114,8 @@ def generation_fingerprint(request: GenerationRequest) -> Fingerprint:
     }
     # Speculation changes how fast the answer comes, never what it is (engine/speculation).
     common["sampling"].pop("allow_speculation", None)
+    if common["lora"] is None:
+        del common["lora"]
     return {**common, "prompt": prompt_fingerprint(request)}
 
 

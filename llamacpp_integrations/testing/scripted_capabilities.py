@@ -8,16 +8,19 @@ one llama-server, with the health a fleet member reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..engine.config_values import LoraAdapter
 from ..engine.interface import PromptRequest
+from ..engine.lora import LoraInfo, LoraTable
 from ..engine.types import ChatRequest, GenerationRequest
 from ..errors import ServerUnavailableError
 from .scripted import SCRIPTED_INFO, Answer, ScriptedEngine
 
 __all__ = [
     "ScriptedChunkingEngine",
+    "ScriptedLoraEngine",
     "ScriptedRerankingEngine",
     "ScriptedServer",
     "ScriptedTokenPieceEngine",
@@ -87,6 +90,41 @@ class ScriptedTokenPieceEngine(ScriptedEngine):
     def token_piece(self, token: int, *, special: bool = True) -> bytes:
         self._check_open()
         return self.piece(token)
+
+
+@dataclass(eq=False)
+class ScriptedLoraEngine(ScriptedEngine):
+    """A ``ScriptedEngine`` with LoRA adapters that requests choose (a ``LoraEngine``): a
+    request naming one it has not loaded fails with ``UnknownAdapterError`` before any chunk,
+    as the local engine's does. ``requests`` keeps each request's ``lora`` as it was asked.
+
+    Attributes:
+        adapters: The names of its adapters (their ids are their positions), all at scale 0
+            for requests that name none.
+    """
+
+    adapters: Sequence[str] = ("sql",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._loras = LoraTable(LoraAdapter(f"{name}.gguf", 0.0, name) for name in self.adapters)
+
+    def _next_answer(self, request: GenerationRequest) -> Answer:
+        self._loras.key(request.lora, request.request_id)
+        return super()._next_answer(request)
+
+    @property
+    def lora_adapters(self) -> list[LoraInfo]:
+        return self._loras.list()
+
+    def load_lora(
+        self, name: str, path: str, *, scale: float = 0.0, timeout: float | None = 60
+    ) -> LoraInfo:
+        self._check_open()
+        return self._loras.add(LoraAdapter(path, scale, name))
+
+    def set_lora_scales(self, scales: Mapping[str | int, float]) -> None:
+        self._loras.set_scales(scales)
 
 
 @dataclass(eq=False)

@@ -109,7 +109,7 @@ def test_doctor_on_gemma(capsys: pytest.CaptureFixture[str], gemma_path: Path) -
     assert (
         found["template"]["status"] == "fail" and "--chat-template" in found["template"]["detail"]
     )
-    assert set(found) == {"template", "images", "context and memory"}
+    assert set(found) == {"template", "media", "context and memory"}
     # With Gemma 2's real template, which refuses system messages: adapted, and it works.
     gemma2 = template_dir() / "google-gemma-2-2b-it.jinja"
     code, found = _doctor(capsys, str(gemma_path), "--chat-template", str(gemma2))

@@ -33,7 +33,7 @@ def test_context_shrinks_to_the_kv_budget_and_is_logged(
         assert "reduced" in engine.info.context_reason
         assert engine.info.n_gpu_layers == 0  # a CPU build of llama.cpp offloads nothing
         # Past the old 2048 default and within the chosen context: accepted.
-        prompt = engine.tokenize("one two three " * 1000, add_special=True)
+        prompt = engine.tokenize("one two three " * 700, add_special=True)
         assert 2048 < len(prompt) < 4096 - 8
         done = engine.generate(short_completion(prompt))
         assert done.usage.prompt_tokens == len(prompt)
@@ -62,7 +62,7 @@ def test_default_context_is_the_training_context_where_memory_allows(
     with Engine(EngineConfig(model=str(path))) as engine:
         assert engine.info.n_ctx_per_seq == trained
         assert engine.info.context_reason == "the training context, within the memory budget"
-        prompt = engine.tokenize("one two three " * 1000, add_special=True)
+        prompt = engine.tokenize("one two three " * 700, add_special=True)
         done = engine.generate(short_completion(prompt))
         assert done.usage.prompt_tokens == len(prompt)
 

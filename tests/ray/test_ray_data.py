@@ -1,19 +1,25 @@
-"""Ray Data batch jobs on a local cluster (the session's ``ray_cluster``) with SmolLM2: two
-actors embed a corpus into the vectors the in-process adapter gives, structured extraction
-gives a schema-valid value or a typed error for every row, and bad rows fail alone, every
-row coming out once, in order."""
+"""Ray Data batch jobs on a local cluster (the session's ``ray_cluster``): two actors embed a
+corpus into the vectors the in-process adapter gives, a reranker's rows get the scores the
+engine gives in-process, structured extraction with SmolLM2 gives a schema-valid value or a
+typed error for every row, and bad rows (an oversized prompt, a broken image) fail alone,
+every row coming out once, in order."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 from pydantic import BaseModel, ValidationError
 
+from llamacpp_integrations.engine import Engine
 from llamacpp_integrations.langchain import LlamaCppEmbeddings
-from llamacpp_integrations.ray import EmbedBatches, GenerateBatches
+from llamacpp_integrations.ray import EmbedBatches, GenerateBatches, RerankBatches
+from tests.builders.tiny_draft import build_tiny_draft
+from tests.builders.tiny_encoder import build_tiny_encoder
 
 ray = pytest.importorskip("ray")
 
@@ -51,20 +57,31 @@ def _corpus(count: int) -> list[str]:
     return texts[:count]
 
 
-def _run(items: list[dict[str, Any]], job: type, batch_size: int, **kwargs: Any) -> list[Any]:
+def _run(
+    items: list[dict[str, Any]], job: type, batch_size: int, actors: int = 2, **kwargs: Any
+) -> list[Any]:
     dataset = ray.data.from_items(items).map_batches(
         job,
         fn_constructor_kwargs=kwargs,
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=2),
+        compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=1,
     )
     rows: list[Any] = dataset.take_all()
     return rows
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random-weight llama on SmolLM2's tokenizer (6.5 MB): what this test checks
+    (every row once, in order, with the vector the adapter gives in-process) holds for any
+    model, and SmolLM2 would spend a minute of one core on 2,000 embeddings. The adapters'
+    vectors from SmolLM2 through Ray are checked in ``test_ray_engine.py``."""
+    return build_tiny_draft(tmp_path_factory.mktemp("tiny") / "tiny-embedder.gguf")
+
+
 def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone(
-    ray_cluster: Any, smollm_path: Path
+    ray_cluster: Any, tiny_model: Path
 ) -> None:
     del ray_cluster
     texts = _corpus(1000)
@@ -72,7 +89,7 @@ def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone
     items: list[dict[str, Any]] = [{"id": i, "text": t} for i, t in enumerate(texts)]
     items.insert(500, {"id": -1, "text": OVERSIZED})  # longer than embedding_n_ctx
     items.insert(700, {"id": -2, "text": None})  # no text at all
-    rows = _run(items, EmbedBatches, 100, model=str(smollm_path), **settings)
+    rows = _run(items, EmbedBatches, 100, model=str(tiny_model), **settings)
 
     assert [row["id"] for row in rows] == [item["id"] for item in items]
     bad = {row["id"]: row for row in rows if row["id"] < 0}
@@ -82,7 +99,7 @@ def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone
     good = [row for row in rows if row["id"] >= 0]
     assert all(row["error"] is None for row in good)
 
-    with LlamaCppEmbeddings(model=str(smollm_path), **settings) as local:
+    with LlamaCppEmbeddings(model=str(tiny_model), **settings) as local:
         expected = np.asarray(local.embed_documents(texts))
     got = np.asarray([row["embedding"] for row in good])
     assert got.shape == expected.shape
@@ -96,6 +113,31 @@ def test_two_actors_embed_1000_texts_as_the_adapter_does_and_bad_rows_fail_alone
     )
     assert cosines.min() > 0.99
     assert np.median(cosines) > 0.9999
+
+
+def test_rerank_rows_score_as_the_engine_does_and_a_missing_document_fails_alone(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    del ray_cluster
+    reranker = build_tiny_encoder(tmp_path / "tiny-reranker.gguf", reranker=True)
+    queries = ["what is the river", "blue sky", "a cat"]
+    documents = ["the river runs to the sea", "bread of copper", "a blue sky", "owl", "fish"]
+    items: list[dict[str, Any]] = [
+        {"query": q, "document": d} for q in queries for d in documents
+    ]  # grouped by query, as the batch job scores them: one call per query
+    items[7]["document"] = None
+    rows = _run(items, RerankBatches, 6, actors=1, model=str(reranker), n_threads=1)
+
+    assert [(row["query"], row["document"]) for row in rows] == [
+        (item["query"], item["document"]) for item in items
+    ]
+    assert rows[7]["score"] is None
+    assert rows[7]["error"].startswith("InvalidRequestError: column 'document' holds a missing")
+    with Engine(model=str(reranker), n_threads=1) as local:
+        for query in queries:
+            mine = [row for row in rows if row["query"] == query and row["error"] is None]
+            expected = local.rerank(query, [row["document"] for row in mine])
+            assert [row["score"] for row in mine] == pytest.approx(expected, abs=1e-5)
 
 
 class Legs(BaseModel):
@@ -139,23 +181,39 @@ def test_200_rows_of_extraction_are_schema_valid_or_typed_errors_in_order(
     assert valid > 100  # the grammar holds the answers to the schema: most rows pass
 
 
-def test_a_bad_prompt_fails_alone_among_text_answers(ray_cluster: Any, smollm_path: Path) -> None:
+def _png(color: tuple[int, int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (32, 32), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_a_bad_prompt_and_a_broken_image_fail_alone_among_answers_about_images(
+    ray_cluster: Any, smollm_path: Path, projector: Path
+) -> None:
     del ray_cluster
-    items: list[dict[str, Any]] = [{"q": f"Say {animal}."} for animal in ANIMALS]
-    items[3] = {"q": OVERSIZED}
+    colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (9, 9, 9), (200, 200, 0), (0, 90, 90)]
+    items: list[dict[str, Any]] = [
+        {"q": f"Describe picture {i}.", "image": _png(color)} for i, color in enumerate(colors)
+    ]
+    items[2]["q"] = OVERSIZED
+    items[4]["image"] = _png((1, 2, 3))[:40]  # a PNG cut short
     rows = _run(
         items,
         GenerateBatches,
-        4,
+        3,
         model=str(smollm_path),
+        mmproj=str(projector),
         prompt_column="q",
+        image_column="image",
         max_tokens=4,
         temperature=0.0,
         **ENGINE,
     )
 
     assert [row["q"] for row in rows] == [item["q"] for item in items]
-    assert rows[3]["generated"] is None
-    assert rows[3]["error"].startswith("ContextOverflowError: ")
-    others = rows[:3] + rows[4:]
+    assert rows[2]["generated"] is None
+    assert rows[2]["error"].startswith("ContextOverflowError: ")
+    assert rows[4]["generated"] is None
+    assert rows[4]["error"].startswith("ImageLoadError: ")
+    others = [row for i, row in enumerate(rows) if i not in (2, 4)]
     assert all(row["error"] is None and row["generated"] for row in others)

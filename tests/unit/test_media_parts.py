@@ -40,9 +40,13 @@ def test_images_become_markers_in_order() -> None:
 def test_marker_in_user_text_and_mixed_parts_are_refused() -> None:
     with pytest.raises(InvalidRequestError, match="media marker"):
         flatten_parts([{"role": "user", "content": [{"type": "text", "text": MARK}]}], MARK)
-    mixed = [{"type": "image", "image": PIXELS}, {"type": "audio", "data": "x"}]
-    with pytest.raises(UnsupportedContentError, match="audio"):
+    mixed = [{"type": "image", "image": PIXELS}, {"type": "file", "data": "x"}]
+    with pytest.raises(UnsupportedContentError, match="file"):
         flatten_parts([{"role": "user", "content": mixed}], MARK)
+    # An audio part is media like an image, and must hold a checked clip.
+    raw_audio = [{"type": "image", "image": PIXELS}, {"type": "audio", "data": "x"}]
+    with pytest.raises(InvalidRequestError, match="AudioInput"):
+        flatten_parts([{"role": "user", "content": raw_audio}], MARK)
     with pytest.raises(InvalidRequestError, match="decoded pixels"):
         flatten_parts([{"role": "user", "content": [{"type": "image", "image": "a.png"}]}], MARK)
 

@@ -5,13 +5,16 @@ Ray Data actor calls them (``instance(batch)``)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # Ray Data's, with the ray extra
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
+from PIL import Image
 from pydantic import BaseModel
 
 from llamacpp_integrations.engine import ChatRequest
@@ -20,6 +23,7 @@ from llamacpp_integrations.errors import (
     ContextOverflowError,
     InvalidRequestError,
 )
+from llamacpp_integrations.multimodal.decode import LoadedImage
 from llamacpp_integrations.ray import EmbedBatches, GenerateBatches, RerankBatches
 from llamacpp_integrations.ray.batch_rows import (
     columns_of,
@@ -28,7 +32,7 @@ from llamacpp_integrations.ray.batch_rows import (
     run_rows,
     text_cell,
 )
-from llamacpp_integrations.testing import Answer, ScriptedEngine
+from llamacpp_integrations.testing import SCRIPTED_INFO, Answer, ScriptedEngine
 from llamacpp_integrations.testing.scripted_capabilities import ScriptedRerankingEngine
 
 
@@ -212,3 +216,39 @@ def test_rerank_scores_each_row_grouping_rows_by_query() -> None:
 def test_an_engine_that_cannot_rank_is_refused() -> None:
     with pytest.raises(InvalidRequestError, match="cannot rerank"):
         RerankBatches(engine=ScriptedEngine())
+
+
+def _png(color: tuple[int, int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_an_image_column_follows_the_prompt_and_a_bad_image_fails_alone() -> None:
+    seeing = replace(SCRIPTED_INFO, mmproj="scripted-mmproj.gguf")
+    engine = ScriptedEngine(script=[("", "a square")], info=seeing, media_marker="<__media__>")
+    job = GenerateBatches(engine=engine, template="What is in picture {n}?", image_column="image")
+    images = [_png((255, 0, 0)), b"\x89PNG\r\n\x1a\n broken", None, _png((0, 0, 255))]
+    out = job({"n": np.array([1, 2, 3, 4]), "image": np.array(images, dtype=object)})
+
+    assert list(out["generated"]) == ["a square", None, None, "a square"]
+    assert out["error"][1].startswith("ImageLoadError: ")
+    assert (
+        out["error"][2] == "InvalidRequestError: column 'image' holds a missing value, not an image"
+    )
+    assert len(engine.requests) == 2  # the bad rows never reached the engine
+    asked: list[str] = []
+    for request in engine.requests:
+        parts = _said(request)
+        assert isinstance(parts, list)
+        text, image = parts
+        assert image["type"] == "image" and isinstance(image["image"], LoadedImage)
+        asked.append(str(text["text"]))
+    assert sorted(asked) == ["What is in picture 1?", "What is in picture 4?"]
+
+
+def test_an_image_column_on_a_model_without_a_projector_fails_every_row_typed() -> None:
+    job = GenerateBatches(engine=ScriptedEngine(), prompt_column="q", image_column="image")
+    out = job({"q": np.array(["what?"]), "image": np.array([_png((0, 0, 0))], dtype=object)})
+    assert out["generated"][0] is None
+    assert out["error"][0].startswith("ImageInputNotSupportedError: this model has no image")

@@ -20,7 +20,8 @@ import numpy.typing as npt
 
 from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry
-from ..config import EngineConfig, LoraAdapter, WeightsKey
+from ..config import EngineConfig, WeightsKey
+from ..lora import LoraKey, lora_key
 from .llama_log import ROUTER
 from .tuning import tune_context
 
@@ -224,15 +225,16 @@ class LoadedModel:
             self._model = None
 
 
-def _apply_lora(ctx: Any, model: LoadedModel, adapters: Sequence[LoraAdapter]) -> None:
-    """Put ``adapters`` (with their scales) on a context; nothing to do for none."""
+def _apply_lora(ctx: Any, model: LoadedModel, adapters: LoraKey) -> None:
+    """Put ``adapters`` (files with their scales) on a context, in place of its own."""
     if not adapters:
-        return
-    handles = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(
-        *(model.lora(a.path) for a in adapters)
-    )
-    scales = (ctypes.c_float * len(adapters))(*(a.scale for a in adapters))
-    code = int(llama_cpp.llama_set_adapters_lora(ctx, handles, len(adapters), scales))
+        code = int(llama_cpp.llama_set_adapters_lora(ctx, None, 0, None))
+    else:
+        handles = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(
+            *(model.lora(path) for path, _ in adapters)
+        )
+        scales = (ctypes.c_float * len(adapters))(*(scale for _, scale in adapters))
+        code = int(llama_cpp.llama_set_adapters_lora(ctx, handles, len(adapters), scales))
     if code != 0:
         raise ModelLoadError(str(model.path), f"llama.cpp refused the LoRA adapters ({code})")
 
@@ -277,8 +279,12 @@ class NativeContext:
         ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ModelLoadError(str(model.path), f"llama.cpp could not create {self.kind}")
+        adapters = () if tuning is None else tuning.lora_adapters
+        self.lora = lora_key((a.path, a.scale) for a in adapters)
+        """The adapters the next decode applies."""
         try:
-            _apply_lora(ctx, model, () if tuning is None else tuning.lora_adapters)
+            if self.lora:
+                _apply_lora(ctx, model, self.lora)
         except BaseException:
             llama_cpp.llama_free(ctx)
             raise
@@ -292,6 +298,14 @@ class NativeContext:
     def _settings(self) -> dict[str, Any]:
         """The fields of ``llama_context_params`` this kind of context sets itself."""
         return {}
+
+    def use_lora(self, adapters: LoraKey) -> None:
+        """Decode with ``adapters`` from now on (a request's choice: ``engine/lora.py``);
+        nothing to do when they are on already. llama.cpp plans its compute graph again on
+        the next decode after a change, the cost of mixing adapter sets in one step."""
+        if adapters != self.lora:
+            _apply_lora(self._ctx, self.model, adapters)
+            self.lora = adapters
 
     @property
     def handle(self) -> int:

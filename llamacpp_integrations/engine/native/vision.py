@@ -1,4 +1,4 @@
-"""The libmtmd boundary: a multimodal projector beside the text model, and image prompts.
+"""The libmtmd boundary: a multimodal projector beside the text model, and media prompts.
 
 A projector (``mmproj`` GGUF) turns an image into embeddings in the text model's input space.
 ``VisionProjector.tokenize`` cuts a prompt holding media markers into text tokens and image
@@ -8,6 +8,10 @@ sequence with ``evaluate``, between its batched text decodes.
 In a ``MediaPrompt`` every position an image takes holds one negative *image key*, derived from
 the image's pixels. The scheduler compares prompts with cached cells position by position, so
 the same image in the same place matches (its cells are reused) and any other image does not.
+
+Audio goes the same way: an ``AudioInput`` (checked WAV, FLAC or MP3 bytes) is decoded and
+resampled to the projector's rate by libmtmd's helper (miniaudio), and its *audio key* is
+derived from the decoded samples, so the same clip shares cells whatever container carried it.
 
 Tokenizing runs on callers' threads (as llama.cpp's server does it on its HTTP threads): it only
 preprocesses pixels and reads the projector's settings. Loading, evaluating and freeing the
@@ -28,12 +32,20 @@ from pathlib import Path
 import llama_cpp
 from llama_cpp import mtmd_cpp
 
-from ...errors import EngineClosedError, EngineError, InvalidRequestError, ModelLoadError
-from ...prompts.media import ImageInput
+from ...errors import (
+    AudioInputNotSupportedError,
+    AudioLoadError,
+    EngineClosedError,
+    EngineError,
+    ImageInputNotSupportedError,
+    InvalidRequestError,
+    ModelLoadError,
+)
+from ...prompts.media import AudioInput, ImageInput, MediaInput
 from .llama_log import ROUTER
 from .runner import GenerationContext, LoadedModel
 
-__all__ = ["MediaPrompt", "MediaSpan", "VisionProjector", "image_key"]
+__all__ = ["MediaPrompt", "MediaSpan", "VisionProjector", "audio_key", "image_key"]
 
 _KEY_SPACE = 1 << 62
 
@@ -42,6 +54,12 @@ def image_key(image: ImageInput) -> int:
     """A negative number naming the image's pixels (never a token id)."""
     digest = hashlib.blake2b(image.rgb, digest_size=8, person=b"llamacpp-img")
     digest.update(f"{image.width}x{image.height}".encode())
+    return -1 - int.from_bytes(digest.digest(), "little") % _KEY_SPACE
+
+
+def audio_key(samples: bytes) -> int:
+    """A negative number naming decoded audio samples (never a token id, nor an image key)."""
+    digest = hashlib.blake2b(samples, digest_size=8, person=b"llamacpp-aud")
     return -1 - int.from_bytes(digest.digest(), "little") % _KEY_SPACE
 
 
@@ -115,13 +133,19 @@ class VisionProjector:
             )
         self._ctx = ctx
         self._lock = threading.Lock()
-        if not mtmd_cpp.mtmd_support_vision(ctx):
+        self.supports_vision = bool(mtmd_cpp.mtmd_support_vision(ctx))
+        rate = int(mtmd_cpp.mtmd_get_audio_sample_rate(ctx))
+        self.audio_sample_rate = rate if mtmd_cpp.mtmd_support_audio(ctx) and rate > 0 else None
+        if not self.supports_vision and self.audio_sample_rate is None:
             self.close()
-            raise ModelLoadError(str(path), "this projector has no vision encoder")
+            raise ModelLoadError(
+                str(path), "this projector has neither an image nor an audio encoder"
+            )
         self.path = path
         self.uses_mrope = bool(mtmd_cpp.mtmd_decode_use_mrope(ctx))
         self._n_vocab = model.n_vocab
-        self._check_image_wrapping()
+        if self.supports_vision:
+            self._check_image_wrapping()
 
     def _check_image_wrapping(self) -> None:
         """Refuse a projector whose image wrapping the model cannot spell.
@@ -140,19 +164,21 @@ class VisionProjector:
             ) from None
 
     def tokenize(
-        self, text: str, images: Sequence[ImageInput], *, add_special: bool, request_id: str
+        self, text: str, images: Sequence[MediaInput], *, add_special: bool, request_id: str
     ) -> MediaPrompt:
-        """Cut ``text`` at its markers (one per image, in order) into tokens and image chunks."""
+        """Cut ``text`` at its markers (one per image or clip, in order) into tokens and media
+        chunks."""
         count = text.count(self.marker)
         if count != len(images):
             raise InvalidRequestError(
-                f"the prompt places {count} image(s) but {len(images)} were given",
+                f"the prompt places {count} media item(s) but {len(images)} were given",
                 request_id=request_id,
             )
         bitmaps: list[int] = []
         chunks = mtmd_cpp.mtmd_input_chunks_init()
         try:
-            bitmaps.extend(self._bitmap(image) for image in images)
+            for item in images:
+                bitmaps.append(self._media_bitmap(item, request_id))
             data = text.encode("utf-8")
             text_input = mtmd_cpp.mtmd_input_text(data, len(data), add_special, True)
             array = (mtmd_cpp.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
@@ -186,6 +212,49 @@ class VisionProjector:
                 request_id=request_id,
             )
         return media
+
+    def _media_bitmap(self, item: MediaInput, request_id: str) -> int:
+        if isinstance(item, AudioInput):
+            return self._audio_bitmap(item, request_id)
+        if not self.supports_vision:
+            raise ImageInputNotSupportedError(
+                "this projector reads audio only, not images", request_id=request_id
+            )
+        return self._bitmap(item)
+
+    def _audio_bitmap(self, clip: AudioInput, request_id: str) -> int:
+        """Decode and resample the clip with libmtmd's helper; its id becomes the samples' key."""
+        rate = self.audio_sample_rate
+        if rate is None:
+            raise AudioInputNotSupportedError(
+                "this projector reads images only, not audio", request_id=request_id
+            )
+        data = (ctypes.c_uint8 * len(clip.data)).from_buffer_copy(clip.data)
+        with self._lock:
+            if not self._ctx:
+                raise EngineClosedError("the engine is closed", request_id=request_id)
+            bitmap = mtmd_cpp.mtmd_helper_bitmap_init_from_buf(self._ctx, data, len(data), False)
+        if not bitmap:
+            raise AudioLoadError(
+                f"libmtmd could not decode the {clip.format} clip", reason="decode-failed"
+            )
+        try:
+            n_bytes = int(mtmd_cpp.mtmd_bitmap_get_n_bytes(bitmap))
+            # What the header promised, at the projector's rate, with a second of slack for
+            # resampling and frame padding: more samples than that means the header lied.
+            most = (clip.duration_s + 1.0) * rate * 4
+            if not mtmd_cpp.mtmd_bitmap_is_audio(bitmap) or n_bytes == 0 or n_bytes > most:
+                raise AudioLoadError(
+                    f"the {clip.format} clip decoded to {n_bytes // 4} samples, not the "
+                    f"{clip.duration_s:.2f} s its header states",
+                    reason="decode-failed",
+                )
+            samples = ctypes.string_at(mtmd_cpp.mtmd_bitmap_get_data(bitmap), n_bytes)
+            mtmd_cpp.mtmd_bitmap_set_id(bitmap, str(audio_key(samples)).encode())
+        except BaseException:
+            mtmd_cpp.mtmd_bitmap_free(bitmap)
+            raise
+        return bitmap
 
     @staticmethod
     def _bitmap(image: ImageInput) -> int:

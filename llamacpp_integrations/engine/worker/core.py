@@ -9,10 +9,8 @@ decode, and embed one batch of texts. What needs deciding comes back as data, an
 applies it: room in the KV cache (``room.py``: how far the streams grow, who gives way, who
 ends; ``_apply``) and the requests that ended while their tokens were taken. Every way a
 request ends (stop, length, cancel, timeout, error, no room, engine closing) goes through
-``_finish``, which frees its sequence.
-
-Contexts are made on first use: an engine that only embeds never allocates a generation KV cache,
-and one that only chats never allocates an embedding context.
+``_finish``, which frees its sequence. Contexts are made on first use: an engine that only
+embeds never allocates a generation KV cache, one that only chats no embedding context.
 """
 
 from __future__ import annotations
@@ -176,6 +174,7 @@ class EngineCore:
         step = self.scheduler.realign()
         if step is None:
             return False
+        self.context.use_lora(step.slot.lora)  # the adapters its cells were made with
         status = self.cells.realign(step, self.inbox.has_work)
         if status == DecodeStatus.ABORTED:
             return False
@@ -219,7 +218,7 @@ class EngineCore:
         try:
             prompt = request.prompt_tokens
             self.cells.refresh()
-            shared = self.scheduler.lookup(prompt)
+            shared = self.scheduler.lookup(prompt, request.lora)
             if self.cells.can_grow:
                 # Room for the whole prompt now, and for a saved prompt it may restore from
                 # disk (a state is taken whole, then cut back); before the context is first
@@ -229,7 +228,7 @@ class EngineCore:
                 if decision.failure is not None:
                     raise decision.failure
                 if decision.lost:  # what the prompt shares changed
-                    shared = self.scheduler.lookup(prompt)
+                    shared = self.scheduler.lookup(prompt, request.lora)
             self.context  # noqa: B018 -- made on first use; may fail for lack of memory
         except EngineError as error:
             error.request_id = request.request_id
@@ -237,7 +236,7 @@ class EngineCore:
             return
         media = request.media
         spans = {} if media is None else {s: span.n_pos for s, span in media.spans.items()}
-        seq = self.scheduler.admit(request.request_id, prompt, spans, shared)
+        seq = self.scheduler.admit(request.request_id, prompt, spans, shared, request.lora)
         self.scheduler.prefix_taken(seq, self.cells.take_prefix(seq, shared))
         spec = None
         if self.speculation is not None:
@@ -299,6 +298,8 @@ class EngineCore:
 
     def _decode_group(self, plan: StepPlan, group: list[int]) -> None:
         def decode() -> int:
+            if group:  # the scheduler groups rows by the adapters they are decoded with
+                self.context.use_lora(plan.entries[group[0]][0].lora)
             return self.context.decode([plan.entries[index][1] for index in group])
 
         try:
@@ -317,10 +318,12 @@ class EngineCore:
         pairs = [plan.entries[index] for index in group]
         self.steps += 1
         self.scheduler.decoded(plan, group)
+        disk = self.scheduler.disk_lora  # the adapters of the states saved on disk
         read_prompt = [
             seq
             for seq, entry in pairs
             if entry.logits_last and entry.start_pos + len(entry.tokens) == len(seq.prompt)
+            if seq.lora == disk
         ]
         for ending in self.sampling.take(self.context, pairs, self.active, time.monotonic()):
             self._finish(ending.active, ending.reason, ending.error)
@@ -329,10 +332,8 @@ class EngineCore:
             self.cells.save_prompts([seq for seq in read_prompt if seq.request_id in self.active])
 
     def _retry_with_room(self, decode: Callable[[], int], needed: int) -> int:
-        """After a decode found no room for ``needed`` cells: free idle cached cells, least
-        recently used block first, and decode again, until it fits or none are left (then
-        every idle slot's cells go, in case a few partial blocks were what it lacked). The
-        last status."""
+        """No room for ``needed`` cells: free idle cells, oldest block first, and decode again
+        until it fits, then all idle cells (partial blocks may be what it lacked); the status."""
         status = DecodeStatus.NO_KV_SLOT
         while status == DecodeStatus.NO_KV_SLOT and self.cells.evicts:
             if not self.cells.cut(self.scheduler.evict(needed)):
@@ -372,6 +373,7 @@ class EngineCore:
             self.context.remove(seq_id, step.start)
             return self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
 
+        self.context.use_lora(step.seq.lora)
         code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
         if code == DecodeStatus.NO_KV_SLOT:
             code = self._retry_with_room(evaluate_again, step.n_pos)

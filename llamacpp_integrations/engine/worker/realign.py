@@ -44,7 +44,7 @@ def realign_choice(
     empty = next((slot for slot in idle if not slot.cached), None)
     for source in sorted(idle, key=lambda slot: slot.last_used, reverse=True):
         span = layout.realign_span(source.cached, source.exact)
-        if span is not None and not _held_exactly(slots, index, source.cached[: span[1]]):
+        if span is not None and not _held_exactly(slots, index, source, span[1]):
             return RealignChoice(empty or source, source, span)
     return None
 
@@ -62,6 +62,7 @@ def realign_step(choice: RealignChoice, layout: PrefillLayout) -> RealignStep:
             target.cut(start)
         else:
             target.hold(source.cached[:start])
+            target.lora = source.lora  # the copied cells' adapters, and so the block's
             copy_from = source
         target.unread[:] = unread
         target.exact, target.prompt_len = start, 0
@@ -73,9 +74,11 @@ def realign_step(choice: RealignChoice, layout: PrefillLayout) -> RealignStep:
 
 
 def _held_exactly(
-    slots: Sequence[Slot], index: PrefixIndex[Hashable], tokens: Sequence[int]
+    slots: Sequence[Slot], index: PrefixIndex[Hashable], source: Slot, n: int
 ) -> bool:
-    """Whether some slot's exact cells already cover ``tokens``."""
-    n = len(tokens)
-    shared = index.shared(tokens)
-    return any(slot.exact >= n and shared[slot.seq_id] >= n for slot in slots)
+    """Whether some slot's exact cells, made with ``source``'s adapters, already cover its
+    first ``n`` tokens."""
+    shared = index.shared(source.cached[:n])
+    return any(
+        slot.exact >= n and shared[slot.seq_id] >= n and slot.lora == source.lora for slot in slots
+    )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ...errors import LlamaCppIntegrationError
 from ...prompts.reasoning import ReasoningSpec
 from ..channel import EventChannel
+from ..lora import LoraKey
 
 if TYPE_CHECKING:
     from ..native.sampler import SamplerChain
@@ -36,6 +37,7 @@ class PreparedRequest:
     constrained: bool = False  # a grammar constrains the whole answer (not a lazy one)
     reasoning: ReasoningSpec | None = None
     budget: ForcedText | None = None
+    lora: LoraKey = ()  # the adapters its rows are decoded with (``engine/lora.py``)
     submitted_at: float
     deadline: float | None
     channel: EventChannel = field(repr=False)

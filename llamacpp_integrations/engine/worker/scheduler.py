@@ -12,8 +12,9 @@ block a running request holds or is reading toward.
 
 A step holds one token of every generating sequence first (so streams keep flowing), then
 whole prompt chunks of the sequences still reading their prompt, then drafts, up to ``n_batch``
-tokens in all. A step is one decode, or in deterministic mode one decode per
-sequence, so that no sequence's rows share a batch with another's.
+tokens in all. A step is one decode per set of LoRA adapters (``engine/lora.py``), or in
+deterministic mode one decode per sequence, so that no sequence's rows share a batch with
+another's; cells serve only requests with the adapters they were made with (``lookup``).
 
 Requests admitted while another is still reading a prompt that shares their beginning wait
 for its cells instead of reading that prefix themselves (in-flight sharing): a follower names
@@ -37,6 +38,7 @@ from collections.abc import Hashable, Mapping, Sequence, Set
 
 from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
+from ..lora import LoraKey, by_adapters, lora_key, only_under
 from ..prefix_index import PrefixIndex
 from .realign import realign_choice, realign_step
 from .sequences import ImageStep, Join, RealignStep, SeqState, SeqStatus, Slot, StepPlan
@@ -69,6 +71,7 @@ class Scheduler:
         deterministic: bool = False,
         prefix_sharing: bool = True,
         prefill_per_step: int | None = None,
+        disk_lora: LoraKey = (),
     ) -> None:
         # Slots under their sequence ids, prompts being read under their request ids.
         self.index: PrefixIndex[Hashable] = PrefixIndex(block=INDEX_BLOCK)
@@ -78,6 +81,7 @@ class Scheduler:
         self.deterministic = deterministic
         self.prefix_sharing = prefix_sharing
         self.prefill_per_step = prefill_per_step
+        self.disk_lora = disk_lora  # the adapters of the prompt cache's saved states
         self.running: list[SeqState] = []
         self.shared_tokens = 0  # prompt tokens followers took from their leaders' cells
         self.evicted_tokens = 0  # idle cached tokens dropped to make room
@@ -96,16 +100,20 @@ class Scheduler:
             deterministic=config.deterministic,
             prefix_sharing=config.prefix_sharing,
             prefill_per_step=config.prefill_step_tokens,
+            disk_lora=lora_key((a.path, a.scale) for a in config.lora_adapters),
         )
 
     @property
     def n_free(self) -> int:
         return sum(not slot.busy for slot in self.slots)
 
-    def lookup(self, prompt: Sequence[int]) -> dict[Hashable, int]:
+    def lookup(self, prompt: Sequence[int], lora: LoraKey = ()) -> dict[Hashable, int]:
         """How many leading tokens ``prompt`` shares with every key of the index: slots (by
-        sequence id), prompts being read (by request id), and whatever else was put there."""
-        return self.index.shared(prompt)
+        sequence id), prompts being read (by request id), and whatever else was put there
+        (saved prompts); nothing where the cells were made with other adapters than ``lora``."""
+        made_with: dict[Hashable, LoraKey] = {slot.seq_id: slot.lora for slot in self.slots}
+        made_with.update((seq.request_id, seq.lora) for seq in self.running)
+        return only_under(self.index.shared(prompt), lora, made_with, self.disk_lora)
 
     def admit(
         self,
@@ -113,6 +121,7 @@ class Scheduler:
         prompt: Sequence[int],
         image_spans: Mapping[int, int] | None = None,
         shared: Mapping[Hashable, int] | None = None,
+        lora: LoraKey = (),
     ) -> SeqState:
         """Bind a request to a free slot, reusing the longest cached prefix of its prompt.
 
@@ -121,13 +130,13 @@ class Scheduler:
         free slot instead (``copy_from``). What is kept follows the prefill layout (at least the
         last prompt token is evaluated, an image is kept whole or not at all). The caller then
         applies the cache changes. ``shared``: ``lookup(prompt)``, when the caller made it
-        (nothing in the index changed since).
+        (nothing in the index changed since); ``lora``: the adapters it is decoded with.
         """
         image_spans = image_spans or {}
         free = [slot for slot in self.slots if not slot.busy]
         assert free, "admit() called with no free slot"
         if shared is None:
-            shared = self.lookup(prompt)
+            shared = self.lookup(prompt, lora)
 
         def keeps(slot: Slot) -> int:
             return self.layout.kept(
@@ -159,6 +168,7 @@ class Scheduler:
         if n_reused:
             self.index.touch(source.seq_id, n_reused)
         target.prompt_len = len(prompt)
+        target.lora = lora
         target.busy = True
         self._clock += 1
         target.last_used = self._clock
@@ -169,6 +179,7 @@ class Scheduler:
             n_reused=n_reused,
             copy_from=copy_from,
             image_spans=image_spans,
+            lora=lora,
         )
         if copy_from is not None and copy_from.busy:
             self._shared(seq, n_reused)
@@ -193,7 +204,7 @@ class Scheduler:
         if not (self.prefix_sharing and self.layout.aligned):
             return
         if shared is None:
-            shared = self.index.shared(seq.prompt)
+            shared = self.lookup(seq.prompt, seq.lora)
         best, until = None, seq.n_past
         for other in self.running:
             if other is seq or other.leader is not None:
@@ -281,7 +292,8 @@ class Scheduler:
         # consecutive sequence ids: in id order the decode tokens of a step make one, not many.
         plan.entries.sort(key=lambda pair: pair[1].seq_id)
         indices = list(range(len(plan.entries)))
-        plan.groups = [[i] for i in indices] if self.deterministic else [indices] if indices else []
+        groups = by_adapters([seq.lora for seq, _ in plan.entries])  # a decode per adapter set
+        plan.groups = [[i] for i in indices] if self.deterministic else groups
         return plan
 
     def _join(self, seq: SeqState, plan: StepPlan) -> bool:

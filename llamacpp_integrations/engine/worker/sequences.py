@@ -8,6 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..batch import BatchEntry
+from ..lora import LoraKey
 from ..prefix_index import PrefixIndex
 
 __all__ = ["ImageStep", "Join", "RealignStep", "SeqState", "SeqStatus", "Slot", "StepPlan"]
@@ -25,7 +26,8 @@ class Slot:
     sharing its prefix without comparing it with each); the first ``exact`` of them were made
     by reading a prompt of ``prompt_len`` positions in the prefill layout (what another prompt
     may keep of them, see ``PrefillLayout.kept``). ``unread``: the tokens an idle slot being
-    realigned has still to read after ``cached``."""
+    realigned has still to read after ``cached``. ``lora``: the adapters its cells were made
+    with (``engine/lora.py``): only a request with the same ones may keep them."""
 
     seq_id: int
     index: PrefixIndex[Hashable] = field(default_factory=PrefixIndex, repr=False)
@@ -34,6 +36,7 @@ class Slot:
     exact: int = 0
     prompt_len: int = 0
     unread: list[int] = field(default_factory=list)
+    lora: LoraKey = ()
 
     def __post_init__(self) -> None:
         self.index.extend(self.seq_id, ())  # listed, holding nothing yet
@@ -75,6 +78,7 @@ class SeqState:
     share_until: int = 0  # positions taken from the leader's cells once they exist
     n_shared: int = 0  # prompt tokens taken from the cells of requests still running
     paused: bool = False  # its cells were given up for lack of room; reads again later
+    lora: LoraKey = ()  # the adapters its rows are decoded with (``engine/lora.py``)
 
     @property
     def n_past(self) -> int:

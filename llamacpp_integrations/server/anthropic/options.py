@@ -114,6 +114,8 @@ def message_options(
     stops = [stop for stop in body.stop_sequences or () if stop]
     if stops:
         kwargs["stop"] = stops
+    if body.lora:  # llama-server's per-request adapters, ids or names
+        kwargs["lora"] = {choice.id: choice.scale for choice in body.lora}
     return CallOptions.merge(defaults or {}, kwargs, owner="POST /v1/messages")
 
 

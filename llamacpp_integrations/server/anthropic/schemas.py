@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..lora_choice import LoraChoice
+
 __all__ = [
     "REFUSED_FIELDS",
     "AnthropicMessage",
@@ -118,3 +120,4 @@ class MessagesBody(CountTokensBody):
     top_k: int | None = Field(default=None, ge=0)
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    lora: list[LoraChoice] | None = None  # llama-server's per-request adapters

@@ -43,6 +43,8 @@ def _common(body: SamplingFields, timeout: float | None) -> dict[str, Any]:
             raise invalid_request("logit_bias keys must be token ids", "logit_bias") from None
     kwargs: dict[str, Any] = {name: getattr(body, name, None) for name in _SAMPLING}
     kwargs |= {"logit_bias": bias, "stop": body.stop, "timeout": timeout, "grammar": body.grammar}
+    if body.lora:  # llama-server's shape (an empty list asks for nothing); ids or names
+        kwargs["lora"] = {choice.id: choice.scale for choice in body.lora}
     return kwargs
 
 
@@ -128,4 +130,5 @@ def completion_request(body: CompletionBody, options: CallOptions) -> Completion
         timeout=options.timeout,
         logprobs=options.logprobs,
         grammar=options.grammar,
+        lora=options.lora,
     )

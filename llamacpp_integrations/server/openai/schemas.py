@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..lora_choice import LoraChoice
 from ..reasoning_effort import ReasoningEffort
 
 __all__ = [
@@ -61,6 +62,7 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     grammar: str | None = None
+    lora: list[LoraChoice] | None = None
 
 
 class ChatCompletionBody(SamplingFields):

@@ -52,8 +52,11 @@ def _input_content(content: object, role: str, param: str) -> str | list[dict[st
             if not isinstance(url, str) or not url:
                 raise invalid_request(f"{where} names no image_url", f"{where}.image_url")
             parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif kind == "input_audio" and role == "user":
+            # The chat completions' shape ({"data": base64, "format": "wav"}), read there.
+            parts.append({"type": "input_audio", "input_audio": part.get("input_audio")})
         else:
-            allowed = "input_text and input_image" if role == "user" else "input_text"
+            allowed = "input_text, input_image and input_audio" if role == "user" else "input_text"
             raise invalid_request(
                 f"{where}: parts of type {kind!r} are not supported ({allowed} are)", where
             )

@@ -142,6 +142,7 @@ def responses_options(
         "tools": tools,
         "tool_choice": choice if tools else None,
         "parallel_tool_calls": body.parallel_tool_calls if tools else None,
+        "lora": {c.id: c.scale for c in body.lora} if body.lora else None,
     }
     # A field left out is not passed, so the engine's default applies (None would mean "none").
     given = {name: value for name, value in kwargs.items() if value is not None}

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..lora_choice import LoraChoice
 from ..reasoning_effort import ReasoningEffort
 
 __all__ = [
@@ -98,6 +99,7 @@ class ResponsesBody(BaseModel):
     reasoning: ResponsesReasoning | None = None
     include: list[str] | None = None
     stream: bool = False
+    lora: list[LoraChoice] | None = None  # llama-server's per-request adapters
     # Extensions, as the chat endpoint takes them.
     seed: int | None = None
     top_k: int | None = Field(default=None, ge=0)
