@@ -4,8 +4,6 @@ A chat turn's end is a chunk edge of the prefill layout, so each chat of the fir
 the first takes the system turn's cells whole from the one reading it, each chat of the second
 keeps them whole from the cache, and neither reads the system prompt's tail after its last
 block edge again. The answers stay those of each request read alone (deterministic mode).
-Reading answers again while idle gives way to new work in the middle of a decode: the block
-is taken back out of the cache and read later, to the same cells.
 """
 
 from __future__ import annotations
@@ -13,11 +11,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, Completion, Engine, EngineConfig
-from llamacpp_integrations.engine.batch import BatchEntry
-from llamacpp_integrations.engine.native.runner import DecodeStatus, GenerationContext, LoadedModel
 
 from .helpers import GREEDY
 
@@ -74,40 +68,3 @@ def test_the_second_wave_keeps_the_whole_system_turn(smollm_path: Path) -> None:
             alone.append(engine.generate(_chat(question)))
     assert [a.token_ids for a in [*first, *second]] == [a.token_ids for a in alone]
     assert all(a.usage.cached_prompt_tokens == 0 for a in alone)
-
-
-def test_a_reread_gives_way_mid_decode_and_is_read_later_to_the_same_cells(
-    smollm_path: Path,
-) -> None:
-    model = LoadedModel(smollm_path)
-
-    def context() -> GenerationContext:
-        return GenerationContext(
-            model, n_cells=512, n_seq_max=1, n_batch=512, n_threads=1, flash_attention=None,
-            kv_unified=False,
-        )  # fmt: skip
-
-    given_way, straight = context(), context()
-    try:
-        tokens = model.tokenize(SYSTEM, add_special=True, parse_special=False)[:128]
-        assert len(tokens) == 128
-        for context in (given_way, straight):
-            assert context.decode([BatchEntry(0, tokens[:64], 0, False)]) == DecodeStatus.OK
-        asked: list[bool] = []
-
-        def new_work() -> bool:
-            asked.append(True)
-            return True
-
-        block = BatchEntry(0, tokens[64:], 64, True)
-        assert given_way.decode([block], until=new_work) == DecodeStatus.ABORTED
-        assert asked and given_way.pos_range(0) == (0, 63)  # the block's cells taken back
-        assert given_way.decode([block], until=lambda: False) == DecodeStatus.OK
-        assert given_way.pos_range(0) == (0, 127)
-        again = given_way.logits_view(block.logits_index).copy()
-        assert straight.decode([block]) == DecodeStatus.OK
-        assert np.array_equal(again, straight.logits_view(block.logits_index))
-    finally:
-        given_way.close()
-        straight.close()
-        model.close()

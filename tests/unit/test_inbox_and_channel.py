@@ -107,16 +107,3 @@ def test_a_channel_answers_for_a_dead_worker() -> None:
 
     event, dead = asyncio.run(aget())
     assert event == "event" and isinstance(dead, EngineClosedError)
-
-
-def test_new_work_shows_at_once_to_a_reread_that_gives_way_to_it() -> None:
-    # What the worker asks while it reads an answer again (no lock, no wait): work put in
-    # shows as soon as it is there, and the inbox is empty again once the worker took it.
-    inbox = Inbox(max_queued=4)
-    assert not inbox.has_work()
-    inbox.put(job("a"), wait=0.0)
-    assert inbox.has_work()
-    inbox.take(free_slots=1, now=time.monotonic())
-    assert not inbox.has_work()
-    inbox.cancel("b")
-    assert inbox.has_work()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -322,7 +322,6 @@ class NativeContext:
 class DecodeStatus:
     OK = 0
     NO_KV_SLOT = 1
-    ABORTED = 2  # ``decode(..., until=...)`` gave way; the batch's cells were taken back
 
 
 class GenerationContext(NativeContext):
@@ -359,26 +358,12 @@ class GenerationContext(NativeContext):
             "kv_unified": self.kv_unified,
         }
 
-    def decode(
-        self, entries: Sequence[BatchEntry], *, until: Callable[[], bool] | None = None
-    ) -> int:
+    def decode(self, entries: Sequence[BatchEntry]) -> int:
         """Run one ``llama_decode`` over every entry; sets each ``logits_index``.
 
         Returns ``DecodeStatus.OK`` or ``DecodeStatus.NO_KV_SLOT`` (the cache is then unchanged);
-        any other code raises ``EngineError``. With ``until``, asked between the graph's
-        operations (on this thread, under the GIL: for work that may wait, not every step),
-        llama.cpp gives up once it is True: ``ABORTED``, a one-micro-batch batch's cells
-        taken back out of the cache."""
-        if until is None:
-            return self._decode(entries)
-        check = llama_cpp.ggml_abort_callback(lambda _: bool(until()))
-        llama_cpp.llama_set_abort_callback(self._ctx, check, None)
-        try:
-            return self._decode(entries, abortable=True)
-        finally:
-            llama_cpp.llama_set_abort_callback(self._ctx, llama_cpp.ggml_abort_callback(), None)
-
-    def _decode(self, entries: Sequence[BatchEntry], *, abortable: bool = False) -> int:
+        any other code raises ``EngineError``.
+        """
         batch = self._batch
         n = 0
         for entry in entries:
@@ -400,8 +385,6 @@ class GenerationContext(NativeContext):
         batch.n_tokens = n
         code = int(llama_cpp.llama_decode(self._ctx, batch))
         if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
-            return code
-        if abortable and code == DecodeStatus.ABORTED:
             return code
         raise EngineError(f"llama_decode failed with code {code}")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from ...errors import EngineError, LlamaCppIntegrationError
 from ..batch import PrefillLayout
@@ -241,13 +241,10 @@ class SequenceCells:
         if read:
             self.disk.save(self.context, read)
 
-    def realign(self, step: RealignStep, until: Callable[[], bool]) -> int:
-        """Read a block of a finished answer again into its slot (``Scheduler.realign``),
-        giving way as soon as ``until()`` is True (new work came). ``DecodeStatus.OK``: it got
-        in; ``ABORTED``: it gave way, and the slot holds what its bookkeeping says (the
-        block's cells taken back; it is read on a later idle step); anything else: it failed,
-        the slot's cells are dropped and ``realigning`` turns off (not retried on every idle
-        step: a follow-up reads the answer instead)."""
+    def realign(self, step: RealignStep) -> bool:
+        """Read a block of a finished answer again into its slot (``Scheduler.realign``);
+        whether it got in. If not, the slot's cells are dropped and ``realigning`` turns off
+        (not retried on every idle step: a follow-up reads the answer instead)."""
         context = self.context
         seq_id, start = step.slot.seq_id, step.entry.start_pos
         try:
@@ -257,19 +254,15 @@ class SequenceCells:
                     context.share_prefix(step.copy_from.seq_id, seq_id, start)
             if step.drop and not context.remove(seq_id, start):
                 raise EngineError("its cells could not be cut")
-            status = context.decode([step.entry], until=until)
-            reason = "no room in the KV cache"
+            status, reason = context.decode([step.entry]), "no room in the KV cache"
         except EngineError as error:
             status, reason = DecodeStatus.NO_KV_SLOT, str(error)
-        if status == DecodeStatus.ABORTED:
-            if self.held(seq_id) == start:
-                return status
-            status, reason = DecodeStatus.NO_KV_SLOT, "its cells were not taken back"
         if status != DecodeStatus.OK:
             log.warning("reading a finished answer again failed (%s); stopped doing so", reason)
             self.realigning = False
             context.remove(seq_id, 0)
-        return status
+            return False
+        return True
 
     @property
     def evicts(self) -> bool:

@@ -168,17 +168,14 @@ class EngineCore:
 
     def realign(self) -> bool:
         """Read one block of a finished answer again, if one waits; only while the worker has
-        no work, given up the moment new work comes (read later). Whether it did."""
+        no work. Whether it did."""
         if self.closing or not (self.cells.realigning and self.cells.made):
             return False
         step = self.scheduler.realign()
         if step is None:
             return False
         self.context.use_lora(step.slot.lora)  # the adapters its cells were made with
-        status = self.cells.realign(step, self.inbox.has_work)
-        if status == DecodeStatus.ABORTED:
-            return False
-        if status != DecodeStatus.OK:
+        if not self.cells.realign(step):
             self.scheduler.abandon(step.slot)
             return False
         self.scheduler.realigned(step)

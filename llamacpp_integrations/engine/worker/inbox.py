@@ -148,11 +148,6 @@ class Inbox:
             return True
         return any(isinstance(w, EmbedJob) or free_slots > 0 for w in self._waiting)
 
-    def has_work(self) -> bool:
-        """Whether anything at all waits (a look without the lock: the worker asks it while
-        reading an answer again, to give way as soon as new work comes)."""
-        return bool(self._waiting or self._calls or self._cancels or self._closed)
-
     def next_deadline(self) -> float | None:
         """The earliest deadline of a waiting request (call with the condition held)."""
         deadlines = [w.deadline for w in self._waiting if w.deadline is not None]
