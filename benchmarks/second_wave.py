@@ -95,7 +95,12 @@ def server(port: int, max_tokens: int) -> Wave:
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batch))]
         for thread in threads:
             thread.start()
-        await asyncio.to_thread(lambda: [thread.join() for thread in threads])
+
+        def join() -> None:
+            for thread in threads:
+                thread.join()
+
+        await asyncio.to_thread(join)
         return firsts, [None] * len(batch)
 
     return wave
@@ -147,8 +152,8 @@ async def main() -> None:
         ).start()
     else:
         print("no llama-server (--server): ours only", file=sys.stderr)
-    base = {"model": str(model), "n_seq_max": N, "n_ctx_per_seq": N_CTX}
-    variants = {"ours": {}, "ours, no idle realign": {"realign_when_idle": False}}
+    base: dict[str, Any] = {"model": str(model), "n_seq_max": N, "n_ctx_per_seq": N_CTX}
+    variants = ("ours", "ours, no idle realign")
     seen: dict[str, list[dict[str, dict[str, Any]]]] = {name: [] for name in variants}
     if process is not None:
         seen["llama-server"] = []
