@@ -118,7 +118,8 @@ bench: models
 bench-images: models
 	$(BIN)/python benchmarks/images.py
 
-# The event loop's stalls beside concurrent ainvoke calls, written where the docs read them.
+# The event loop's stalls beside concurrent ainvoke, astream and LlamaIndex astream_chat calls,
+# written where the docs read them.
 bench-loop: models
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
 
@@ -160,6 +161,9 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
 	$(BIN)/python benchmarks/remote_embeddings.py --server $(LLAMA_SERVER) --json $(RESULTS)/remote_embeddings.json
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
+	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --light 100 --json $(RESULTS)/serve_light.json
+	$(BIN)/python benchmarks/single_stream.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
+		--repeat 5 --json $(RESULTS)/single_stream.json
 	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
 		--json $(RESULTS)/speculative.json
 	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json

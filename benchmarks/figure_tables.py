@@ -54,6 +54,51 @@ def serve_latency(results: Results) -> str:
     return "\n".join(lines)
 
 
+def serve_light_ttft(results: Results) -> str:
+    """docs/performance.md: one client's time to first token through ``serve`` and through
+    llama-server (serve_light.json), with ours / llama-server."""
+    rows = {row["server"]: row for row in results["serve_light"]["levels"]}
+    ours, peer = rows["ours"], rows["llama-server"]
+    lines = ["| TTFT | ours | llama-server | ours / llama-server |", "|---|---:|---:|---:|"]
+    for key in ("p50", "p90", "p99"):
+        a, b = ours["ttft_ms"][key], peer["ttft_ms"][key]
+        lines.append(f"| {key.upper()} | {a:.0f} ms | {b:.0f} ms | {_ratio(a, b)} |")
+    return "\n".join(lines)
+
+
+def single_stream_rates(results: Results) -> str:
+    """docs/performance.md: one stream's decode rate (greedy and sampled) on each side of
+    single_stream.json, against llama-bench's tg128 and llama-server, and the prompt read
+    against pp512 (medians over the rounds)."""
+    lines = [
+        "| model | side | greedy tok/s | / tg128 | / llama-server | sampled tok/s | / tg128 "
+        "| / llama-server |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    reads = ["", "| model | ours tok/s | llama-server tok/s | pp512 tok/s | ours / pp512 |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for model in results["single_stream"]["models"]:
+        rate, name = model["tok_s"], _model_name(model["model"])
+        tg = rate.get("tg128")
+        for side, label in (
+            ("engine", "ours, `Engine.stream`"),
+            ("langchain", "ours, `ChatLlamaCpp.stream`"),
+            ("server", "llama-server"),
+        ):
+            cells = []
+            for mode in ("greedy", "sampled"):
+                value, server = rate[f"{side} {mode}"], rate[f"server {mode}"]
+                ceiling = _ratio(value, tg) if tg else "n/a"
+                cells.append(f"{value:.1f} | {ceiling} | {_ratio(value, server)}")
+            lines.append(f"| {name} | {label} | {' | '.join(cells)} |")
+        if tg:
+            lines.append(f"| {name} | llama-bench tg128 | {tg:.1f} | | | {tg:.1f} | | |")
+        pp, read = rate.get("pp512"), rate["engine prompt"]
+        ceiling = f"{pp:.0f} | {_ratio(read, pp)}" if pp else "n/a | n/a"
+        reads.append(f"| {name} | {read:.0f} | {rate['server prompt']:.0f} | {ceiling} |")
+    return "\n".join(lines + reads)
+
+
 # --- the guides' tables (docs/guides/embeddings.md, speculative.md) --------------------------
 
 

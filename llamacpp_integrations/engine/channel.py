@@ -5,6 +5,11 @@ caller reads them from a thread (blocking queue) or from asyncio (an ``asyncio.Q
 ``loop.call_soon_threadsafe``, so the event loop is never blocked). Nothing else is shared between
 the two sides. Dropping a handle before its request ends cancels the request, like a closed
 connection would on a server.
+
+An event loop that falls behind (many streams, a framework's work per chunk) reads the chunks
+already waiting for it as one: the loop wakes once per read whatever the backlog, so a reader
+never holds it for a run of chunks, and a slow reader pays its per-chunk cost once per batch of
+tokens instead of once per token.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
 
 from ..errors import EngineClosedError, RequestCancelledError
 from .results import Completion, StreamChunk, TokenLogprob
@@ -29,6 +35,9 @@ class EventChannel:
         self._loop = loop
         self._sync: queue.SimpleQueue[object] | None = None
         self._async: asyncio.Queue[object] | None = None
+        # An event read while merging the backlog that could not join it (an error, another
+        # request's end...): the next read returns it first.
+        self._held: object | None = None
         if loop is None:
             self._sync = queue.SimpleQueue()
         else:
@@ -60,14 +69,57 @@ class EventChannel:
         return _worker_gone()
 
     async def aget(self, alive: Callable[[], bool]) -> object:
-        """Wait for the next event without blocking the event loop."""
+        """Wait for the next event without blocking the event loop; stream chunks already
+        waiting behind it come merged into it."""
         assert self._async is not None, "this channel was made for a thread, not an event loop"
-        if not self._async.empty():  # the common case mid-stream: no wait_for task per token
-            return self._async.get_nowait()
+        if self._held is not None:
+            event, self._held = self._held, None
+            return event
+        if self._async.empty():
+            event = await self._await_event(alive)
+        else:  # mid-stream with a backlog: no wait_for task
+            event = self._async.get_nowait()
+        return self._merge_backlog(event)
+
+    async def _await_event(self, alive: Callable[[], bool]) -> object:
+        assert self._async is not None
         for _ in _polls(alive):
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)
         return _worker_gone()
+
+    def _merge_backlog(self, event: object) -> object:
+        """``event`` with the stream chunks queued behind it merged in, up to a request's end.
+        The queue fills only from loop callbacks, so it cannot grow while this runs."""
+        assert self._async is not None
+        waiting: list[StreamChunk] = []
+        while (
+            isinstance(event, StreamChunk)
+            and event.finish_reason is None
+            and not self._async.empty()
+        ):
+            waiting.append(event)
+            event = self._async.get_nowait()
+        if not waiting:
+            return event
+        if not isinstance(event, StreamChunk):
+            self._held = event  # an error ends the stream after the tokens before it
+            return _merged(waiting)
+        return _merged([*waiting, event])
+
+
+def _merged(chunks: Sequence[StreamChunk]) -> StreamChunk:
+    """Consecutive chunks of one request as one: their texts, tokens, logprobs and reasoning in
+    order, and the last one's end (finish reason, usage, timings, stop string)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    return replace(
+        chunks[-1],
+        text="".join(c.text for c in chunks),
+        token_ids=tuple(t for c in chunks for t in c.token_ids),
+        logprobs=tuple(p for c in chunks for p in c.logprobs),
+        reasoning="".join(c.reasoning for c in chunks),
+    )
 
 
 def _polls(alive: Callable[[], bool]) -> Iterator[None]:

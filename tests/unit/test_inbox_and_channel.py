@@ -12,6 +12,7 @@ import pytest
 
 from llamacpp_integrations.engine.channel import EventChannel
 from llamacpp_integrations.engine.embedding.job import EmbedJob
+from llamacpp_integrations.engine.results import StreamChunk, Usage
 from llamacpp_integrations.engine.worker.inbox import Inbox
 from llamacpp_integrations.errors import EngineClosedError, EngineOverloadedError
 
@@ -107,3 +108,50 @@ def test_a_channel_answers_for_a_dead_worker() -> None:
 
     event, dead = asyncio.run(aget())
     assert event == "event" and isinstance(dead, EngineClosedError)
+
+
+def _chunk(text: str, token: int, **end: object) -> StreamChunk:
+    return StreamChunk("r", text, (token,), **end)  # type: ignore[arg-type]
+
+
+def test_an_event_loop_behind_reads_the_waiting_chunks_as_one() -> None:
+    usage = Usage(prompt_tokens=3, completion_tokens=3)
+
+    async def read() -> list[object]:
+        channel = EventChannel.for_loop()
+        for i, text in enumerate(("a", "b")):
+            channel.put(_chunk(text, i))
+        await asyncio.sleep(0)  # both puts land before the reader looks
+        first = await channel.aget(lambda: True)
+        channel.put(_chunk("c", 2, finish_reason="stop", usage=usage))
+        return [first, await channel.aget(lambda: True)]
+
+    first, last = asyncio.run(read())
+    assert isinstance(first, StreamChunk) and (first.text, first.token_ids) == ("ab", (0, 1))
+    assert first.finish_reason is None
+    assert isinstance(last, StreamChunk) and last.finish_reason == "stop" and last.usage == usage
+
+
+def test_merged_chunks_end_with_the_request_and_an_error_comes_after_its_tokens() -> None:
+    usage = Usage(prompt_tokens=3, completion_tokens=2)
+    failure = EngineClosedError("gone")
+
+    async def read() -> list[object]:
+        channel = EventChannel.for_loop()
+        channel.put(_chunk("a", 0))
+        channel.put(_chunk("b", 1, finish_reason="length", usage=usage))
+        channel.put(_chunk("x", 9))  # never another request's: nothing follows an end
+        other = EventChannel.for_loop()
+        other.put(_chunk("c", 2))
+        other.put(failure)
+        await asyncio.sleep(0)
+        return [
+            await channel.aget(lambda: True),
+            await other.aget(lambda: True),
+            await other.aget(lambda: True),
+        ]
+
+    ended, before, error = asyncio.run(read())
+    assert isinstance(ended, StreamChunk) and ended.text == "ab" and ended.usage == usage
+    assert ended.finish_reason == "length" and ended.token_ids == (0, 1)
+    assert isinstance(before, StreamChunk) and before.text == "c" and error is failure
