@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -131,6 +131,10 @@ bench-agents: models
 bench-shared: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER)
 
+# Sixteen chats over one system prompt, then sixteen new ones right after, against llama-server.
+bench-wave: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --json benchmarks/results/second_wave.json
+
 bench-prefix: install
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
 
@@ -165,6 +169,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json
 	$(BIN)/python benchmarks/reproducibility.py --json $(RESULTS)/reproducibility.json
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
+	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --json $(RESULTS)/second_wave.json
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
 	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER) --json $(RESULTS)/prefill_fairness.json
 	$(BIN)/python benchmarks/report.py

@@ -378,6 +378,33 @@ def shared_prefix_walls(results: Results) -> str:
     return "\n".join(lines)
 
 
+def second_wave_walls(results: Results) -> str:
+    """docs/performance.md: chats over one system prompt, then new chats over it right after,
+    each side's wall and first-token times and ours over llama-server (second_wave.json)."""
+    document = results["second_wave"]
+    figures = document["figures"]
+    sides = [s for s in ("ours", "ours, no idle realign", "llama-server") if s in figures]
+    n = document["settings"]["n"]
+    rows = [
+        (f"{n} chats over one ~1,600-token system prompt, at once (cold): wall", "cold", "wall_s"),
+        ("the same, mean time to first token", "cold", "mean_ttft_s"),
+        (f"then {n} new questions under it, at once (warm): wall", "warm", "wall_s"),
+        ("the same, mean time to first token", "warm", "mean_ttft_s"),
+    ]
+    header = " | ".join(sides)
+    ratios = document.get("ratios", {})
+    lines = [f"| | {header} | ours / llama-server |", "|---|" + "---:|" * (len(sides) + 1)]
+    for label, case, key in rows:
+        cells = " | ".join(f"{figures[side][case][key]:.1f} s" for side in sides)
+        ratio = ratios.get("ours", {}).get(f"{case} {key}")
+        lines.append(f"| {label} | {cells} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    cached = figures["ours"]["warm"].get("cached_prompt_tokens")
+    if cached is not None:
+        kept = f"| prompt tokens the warm wave kept from the cache (ours) | {cached:,} |"
+        lines.append(kept + " |" * len(sides))
+    return "\n".join(lines)
+
+
 def reproducibility_layout(results: Results) -> str:
     """docs/reproducibility.md: what the prefill layout costs, each block size against the
     layout off (reproducibility.json, the latest run of make bench-repro)."""

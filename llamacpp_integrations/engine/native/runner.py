@@ -170,6 +170,12 @@ class LoadedModel:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    def turn_ends(self) -> frozenset[int]:
+        """The tokens a chat template closes a turn with (end of text, end of turn), where
+        they end generation: the prefill layout puts a chunk edge after each."""
+        found = (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_eot(self._vocab))
+        return frozenset(token for token in found if token >= 0 and self.is_eog(token))
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return tokenize(self._vocab, text, add_special=add_special, parse_special=parse_special)
 
