@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-prefix bench-fairness bench-overhead bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -118,7 +118,8 @@ bench: models
 bench-images: models
 	$(BIN)/python benchmarks/images.py
 
-# The event loop's stalls beside concurrent ainvoke calls, written where the docs read them.
+# The event loop's stalls beside concurrent ainvoke, astream and LlamaIndex astream_chat calls,
+# written where the docs read them.
 bench-loop: models
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
 
@@ -129,6 +130,10 @@ bench-agents: models
 
 bench-shared: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER)
+
+# Sixteen chats over one system prompt, then sixteen new ones right after, against llama-server.
+bench-wave: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --json benchmarks/results/second_wave.json
 
 bench-prefix: install
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
@@ -165,11 +170,15 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
 	$(BIN)/python benchmarks/remote_embeddings.py --server $(LLAMA_SERVER) --json $(RESULTS)/remote_embeddings.json
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json
+	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --light 100 --json $(RESULTS)/serve_light.json
+	$(BIN)/python benchmarks/single_stream.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
+		--repeat 5 --json $(RESULTS)/single_stream.json
 	$(BIN)/python benchmarks/speculative.py --server $(LLAMA_SERVER) --llama-bench $(LLAMA_BENCH) \
 		--json $(RESULTS)/speculative.json
 	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json
 	$(BIN)/python benchmarks/reproducibility.py --json $(RESULTS)/reproducibility.json
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
+	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --json $(RESULTS)/second_wave.json
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
 	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER) --json $(RESULTS)/prefill_fairness.json
 	$(BIN)/python benchmarks/bench_overhead.py --json $(RESULTS)/overhead.json

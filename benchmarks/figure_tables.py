@@ -57,6 +57,51 @@ def serve_latency(results: Results) -> str:
     return "\n".join(lines)
 
 
+def serve_light_ttft(results: Results) -> str:
+    """docs/performance.md: one client's time to first token through ``serve`` and through
+    llama-server (serve_light.json), with ours / llama-server."""
+    rows = {row["server"]: row for row in results["serve_light"]["levels"]}
+    ours, peer = rows["ours"], rows["llama-server"]
+    lines = ["| TTFT | ours | llama-server | ours / llama-server |", "|---|---:|---:|---:|"]
+    for key in ("p50", "p90", "p99"):
+        a, b = ours["ttft_ms"][key], peer["ttft_ms"][key]
+        lines.append(f"| {key.upper()} | {a:.0f} ms | {b:.0f} ms | {_ratio(a, b)} |")
+    return "\n".join(lines)
+
+
+def single_stream_rates(results: Results) -> str:
+    """docs/performance.md: one stream's decode rate (greedy and sampled) on each side of
+    single_stream.json, against llama-bench's tg128 and llama-server, and the prompt read
+    against pp512 (medians over the rounds)."""
+    lines = [
+        "| model | side | greedy tok/s | / tg128 | / llama-server | sampled tok/s | / tg128 "
+        "| / llama-server |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    reads = ["", "| model | ours tok/s | llama-server tok/s | pp512 tok/s | ours / pp512 |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for model in results["single_stream"]["models"]:
+        rate, name = model["tok_s"], _model_name(model["model"])
+        tg = rate.get("tg128")
+        for side, label in (
+            ("engine", "ours, `Engine.stream`"),
+            ("langchain", "ours, `ChatLlamaCpp.stream`"),
+            ("server", "llama-server"),
+        ):
+            cells = []
+            for mode in ("greedy", "sampled"):
+                value, server = rate[f"{side} {mode}"], rate[f"server {mode}"]
+                ceiling = _ratio(value, tg) if tg else "n/a"
+                cells.append(f"{value:.1f} | {ceiling} | {_ratio(value, server)}")
+            lines.append(f"| {name} | {label} | {' | '.join(cells)} |")
+        if tg:
+            lines.append(f"| {name} | llama-bench tg128 | {tg:.1f} | | | {tg:.1f} | | |")
+        pp, read = rate.get("pp512"), rate["engine prompt"]
+        ceiling = f"{pp:.0f} | {_ratio(read, pp)}" if pp else "n/a | n/a"
+        reads.append(f"| {name} | {read:.0f} | {rate['server prompt']:.0f} | {ceiling} |")
+    return "\n".join(lines + reads)
+
+
 # --- the guides' tables (docs/guides/embeddings.md, speculative.md) --------------------------
 
 
@@ -333,6 +378,33 @@ def shared_prefix_walls(results: Results) -> str:
     memory = document["default_memory_mib"]
     cells = " | ".join(f"{memory[side]:.0f} MiB" if side in memory else "" for side in sides)
     lines.append(f"| memory after one short answer, no settings | {cells} |")
+    return "\n".join(lines)
+
+
+def second_wave_walls(results: Results) -> str:
+    """docs/performance.md: chats over one system prompt, then new chats over it right after,
+    each side's wall and first-token times and ours over llama-server (second_wave.json)."""
+    document = results["second_wave"]
+    figures = document["figures"]
+    sides = [s for s in ("ours", "ours, no idle realign", "llama-server") if s in figures]
+    n = document["settings"]["n"]
+    rows = [
+        (f"{n} chats over one ~1,600-token system prompt, at once (cold): wall", "cold", "wall_s"),
+        ("the same, mean time to first token", "cold", "mean_ttft_s"),
+        (f"then {n} new questions under it, at once (warm): wall", "warm", "wall_s"),
+        ("the same, mean time to first token", "warm", "mean_ttft_s"),
+    ]
+    header = " | ".join(sides)
+    ratios = document.get("ratios", {})
+    lines = [f"| | {header} | ours / llama-server |", "|---|" + "---:|" * (len(sides) + 1)]
+    for label, case, key in rows:
+        cells = " | ".join(f"{figures[side][case][key]:.1f} s" for side in sides)
+        ratio = ratios.get("ours", {}).get(f"{case} {key}")
+        lines.append(f"| {label} | {cells} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    cached = figures["ours"]["warm"].get("cached_prompt_tokens")
+    if cached is not None:
+        kept = f"| prompt tokens the warm wave kept from the cache (ours) | {cached:,} |"
+        lines.append(kept + " |" * len(sides))
     return "\n".join(lines)
 
 

@@ -1,10 +1,17 @@
-"""How long the asyncio event loop stalls while concurrent ``ainvoke`` calls run.
+"""How long the asyncio event loop stalls while concurrent calls run on a local model.
 
 A heartbeat task sleeps 1 ms at a time and records how late each wake-up is; the longest gap
 is the longest stretch in which the loop could not run anything else (a web server could not
-answer, a UI could not repaint). N ``ChatLlamaCpp.ainvoke`` calls, each on its own prompt, start
-at once, for N in ``--levels``. Prompts differ so no request is served from another's cache:
-each has its template rendered and its prompt tokenized.
+answer, a UI could not repaint). N calls, each on its own prompt, start at once, for N in
+``--levels``, through each of ``--adapters``: ``ainvoke`` (``ChatLlamaCpp.ainvoke``), ``astream``
+(``ChatLlamaCpp.astream``, every chunk read on the loop) and ``llamaindex`` (LlamaIndex
+``LlamaCpp.astream_chat``), one adapter after the other on one engine. Prompts differ so no
+request is served from another's cache: each has its template rendered and its prompt tokenized.
+The model is loaded before the heartbeat starts, by one call; the first measured run of each
+adapter is its first concurrent one (the adapter's own first-use costs fall in it).
+
+Each row also keeps the longest pass of Python's cyclic garbage collector per generation during
+its runs (a pass holds the GIL throughout, so a long one is a loop gap whoever triggered it).
 
 Reported per level, over ``--repeat`` runs: the longest gap of any run and the 99th percentile
 of every run's gaps together (what a page may call the maximum and the P99), the median over
@@ -14,21 +21,32 @@ are not tested).
 
 Run from the repository root, with ``LLAMACPP_INTEGRATIONS_MODELS`` pointing at the models::
 
-    python benchmarks/loop_stall.py [--model smollm2-135m] [--levels 8,16] [--repeat 3]
+    python benchmarks/loop_stall.py [--model smollm2-135m] [--levels 8,16] [--repeat 3] \
+        [--adapters ainvoke,astream,llamaindex]
+
+``--slow-callbacks`` also logs every callback that held the loop for 4 ms or more (asyncio's
+debug mode, which slows the loop a little): what ran on the loop, as against a loop that waited
+for the GIL or a CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import logging
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import results
 from langchain_core.messages import HumanMessage, SystemMessage
+from llama_index.core.llms import ChatMessage
 
+from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.langchain import ChatLlamaCpp
+from llamacpp_integrations.llama_index import LlamaCpp
 
 SYSTEM = (
     "You are a concise assistant. Answer in one short sentence. "
@@ -53,7 +71,60 @@ def percentile(ordered: list[float], fraction: float) -> float:
     return ordered[int(fraction * (len(ordered) - 1))]
 
 
-async def one_level(llm: ChatLlamaCpp, n: int, round_index: int) -> tuple[list[float], float]:
+Call = Callable[[str], Awaitable[object]]
+
+
+def adapters(engine: Engine, max_tokens: int) -> dict[str, Call]:
+    """Each adapter's call of one question, on ``engine``."""
+    chat = ChatLlamaCpp(engine=engine, temperature=0.0, max_tokens=max_tokens)
+    index = LlamaCpp(engine=engine, temperature=0.0, max_tokens=max_tokens)
+
+    def messages(question: str) -> list[SystemMessage | HumanMessage]:
+        return [SystemMessage(SYSTEM), HumanMessage(question)]
+
+    async def ainvoke(question: str) -> object:
+        return await chat.ainvoke(messages(question))
+
+    async def astream(question: str) -> object:
+        return [chunk async for chunk in chat.astream(messages(question))]
+
+    async def llamaindex(question: str) -> object:
+        chats = [
+            ChatMessage(role="system", content=SYSTEM),
+            ChatMessage(role="user", content=question),
+        ]
+        return [response async for response in await index.astream_chat(chats)]
+
+    return {"ainvoke": ainvoke, "astream": astream, "llamaindex": llamaindex}
+
+
+class GcPasses:
+    """How long each of the cyclic garbage collector's passes took (it holds the GIL for the
+    whole pass, on whichever thread triggered it), by generation."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._start = 0.0
+        gc.callbacks.append(self._on_pass)
+
+    def _on_pass(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds[info["generation"]].append(time.perf_counter() - self._start)
+
+    def longest_ms(self) -> dict[str, float]:
+        return {f"gen{g}": max(s, default=0.0) * 1000 for g, s in self.seconds.items()}
+
+    def clear(self) -> None:
+        for passes in self.seconds.values():
+            passes.clear()
+
+
+GC = GcPasses()
+
+
+async def one_level(call: Call, n: int, round_index: int) -> tuple[list[float], float]:
     """Every heartbeat gap and the wall time (seconds) for ``n`` concurrent calls."""
     gaps: list[float] = []
     stop = asyncio.Event()
@@ -61,70 +132,94 @@ async def one_level(llm: ChatLlamaCpp, n: int, round_index: int) -> tuple[list[f
     await asyncio.sleep(0.05)  # let the heartbeat settle
     gaps.clear()
     start = time.perf_counter()
-    prompts = [
-        [SystemMessage(SYSTEM), HumanMessage(f"Round {round_index}: tell me about {topic}.")]
-        for topic in TOPICS[:n]
-    ]
-    await asyncio.gather(*(llm.ainvoke(p) for p in prompts))
+    questions = [f"Round {round_index}: tell me about {topic}." for topic in TOPICS[:n]]
+    await asyncio.gather(*(call(q) for q in questions))
     wall = time.perf_counter() - start
     stop.set()
     await ticker
     return gaps, wall
 
 
+def summary(n: int, runs: list[dict[str, float]], every_gap: list[float]) -> dict[str, Any]:
+    return {
+        "concurrent": n,
+        "longest_gap_ms": max(every_gap) * 1000,
+        "p99_all_gaps_ms": percentile(sorted(every_gap), 0.99) * 1000,
+        # The first results' figures, kept under their names: medians over the runs.
+        "max_gap_ms": statistics.median(r["max_gap_ms"] for r in runs),
+        "p99_gap_ms": statistics.median(r["p99_gap_ms"] for r in runs),
+        "wall_s": statistics.median(r["wall_s"] for r in runs),
+        "runs": runs,
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--levels", default="8,16")
+    parser.add_argument("--adapters", default="ainvoke,astream,llamaindex")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--slow-callbacks", action="store_true", help="log callbacks of 4 ms+")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    llm = ChatLlamaCpp(
-        model=args.model, temperature=0.0, max_tokens=args.max_tokens, n_seq_max=max(levels)
-    )
-    await llm.ainvoke("warm up")  # loads the model; not measured
-    print(f"{'concurrent':>10} {'longest ms':>11} {'p99 ms':>7} {'wall s':>7}")
+    if args.slow_callbacks:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = 0.004
+        logging.basicConfig(level=logging.WARNING)
+    # The engine is made off the loop, as the adapters' first call would make it.
+    config = EngineConfig(model=args.model, n_seq_max=max(levels))
+    engine = await asyncio.to_thread(Engine, config)
+    calls = adapters(engine, args.max_tokens)
+    await calls["ainvoke"]("warm up")  # the first decode; not measured
+    print(f"{'adapter':>10} {'concurrent':>10} {'longest ms':>11} {'p99 ms':>7} {'wall s':>7}")
     round_index = 0
     rows: list[dict[str, Any]] = []
-    for n in levels:
-        runs = []
-        every_gap: list[float] = []
-        for _ in range(args.repeat):
-            round_index += 1
-            gaps, wall = await one_level(llm, n, round_index)
-            every_gap += gaps
-            runs.append(
-                {
-                    "max_gap_ms": max(gaps) * 1000,
-                    "p99_gap_ms": percentile(sorted(gaps), 0.99) * 1000,
-                    "wall_s": wall,
-                }
+    for adapter in args.adapters.split(","):
+        for n in levels:
+            runs = []
+            every_gap: list[float] = []
+            GC.clear()
+            for _ in range(args.repeat):
+                round_index += 1
+                gaps, wall = await one_level(calls[adapter], n, round_index)
+                every_gap += gaps
+                runs.append(
+                    {
+                        "max_gap_ms": max(gaps) * 1000,
+                        "p99_gap_ms": percentile(sorted(gaps), 0.99) * 1000,
+                        "wall_s": wall,
+                    }
+                )
+            row = {
+                "adapter": adapter,
+                **summary(n, runs, every_gap),
+                "longest_gc_pass_ms": GC.longest_ms(),
+                "gc_passes": {f"gen{g}": len(s) for g, s in GC.seconds.items()},
+            }
+            print(
+                f"{adapter:>10} {n:>10} {row['longest_gap_ms']:>11.1f} "
+                f"{row['p99_all_gaps_ms']:>7.1f} {row['wall_s']:>7.2f}  longest gc pass "
+                f"{row['longest_gc_pass_ms']}"
             )
-        row = {
-            "concurrent": n,
-            "longest_gap_ms": max(every_gap) * 1000,
-            "p99_all_gaps_ms": percentile(sorted(every_gap), 0.99) * 1000,
-            # The first results' figures, kept under their names: medians over the runs.
-            "max_gap_ms": statistics.median(r["max_gap_ms"] for r in runs),
-            "p99_gap_ms": statistics.median(r["p99_gap_ms"] for r in runs),
-            "wall_s": statistics.median(r["wall_s"] for r in runs),
-            "runs": runs,
-        }
-        print(
-            f"{n:>10} {row['longest_gap_ms']:>11.1f} {row['p99_all_gaps_ms']:>7.1f} "
-            f"{row['wall_s']:>7.2f}"
-        )
-        rows.append(row)
+            rows.append(row)
+    await asyncio.to_thread(engine.close)
     settings = {
         "model": args.model,
-        "adapter": "ChatLlamaCpp.ainvoke, temperature 0",
+        "adapters": {
+            "ainvoke": "ChatLlamaCpp.ainvoke",
+            "astream": "ChatLlamaCpp.astream, every chunk read",
+            "llamaindex": "LlamaIndex LlamaCpp.astream_chat, every response read",
+        },
+        "temperature": 0.0,
         "n_seq_max": max(levels),
         "levels": levels,
         "max_tokens": args.max_tokens,
         "repeat": args.repeat,
         "heartbeat_ms": 1,
+        "engine": "EngineConfig defaults otherwise, one engine for every adapter",
     }
     results.write(args.json, "loop_stall", settings, levels=rows)
 

@@ -362,49 +362,39 @@ def _image_plot(rounds: list[dict[str, Any]], caption: str) -> str:
     )
 
 
+LOOP_CALLS = {
+    "ainvoke": "`ChatLlamaCpp.ainvoke`",
+    "astream": "`ChatLlamaCpp.astream`",
+    "llamaindex": "LlamaIndex `astream_chat`",
+}
+
+
 def loop_section(found: dict[str, dict[str, Any]], headline: list[str]) -> list[str]:
     document = found.get("loop_stall")
     if document is None:
         return []
     repeat = document["settings"]["repeat"]
-    levels = document["levels"]
-    # Results since the longest gap of any run is kept; the first ones hold medians only.
-    pooled = all("longest_gap_ms" in row for row in levels)
     lines = [
         "## Event loop",
         "",
-        "How late a 1 ms heartbeat on the asyncio event loop wakes while N "
-        f"`ChatLlamaCpp.ainvoke` calls run ({where(document)}; {repeat} runs per level):",
+        "How late a 1 ms heartbeat on the asyncio event loop wakes while N concurrent calls "
+        f"run ({where(document)}; {repeat} runs per level, every gap of every run pooled):",
         "",
+        "| call | concurrent | longest gap, any run | P99 gap, all runs | median of the runs' "
+        "longest | median of the runs' P99 |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    if pooled:
-        lines += [
-            "| concurrent | longest gap, any run | P99 gap, all runs | median of the runs' "
-            "longest | median of the runs' P99 |",
-            "|---:|---:|---:|---:|---:|",
-        ]
-    else:
-        lines += [
-            "| concurrent | median of the runs' longest gap | median of the runs' P99 gap |",
-            "|---:|---:|---:|",
-        ]
-    for row in levels:
-        medians = f"{row['max_gap_ms']:.1f} ms | {row['p99_gap_ms']:.1f} ms"
-        if pooled:
-            lines.append(
-                f"| {row['concurrent']} | {row['longest_gap_ms']:.1f} ms "
-                f"| {row['p99_all_gaps_ms']:.1f} ms | {medians} |"
-            )
-            headline.append(
-                f"| longest event-loop stall in {repeat} runs, {row['concurrent']} concurrent "
-                f"`ainvoke` | {row['longest_gap_ms']:.1f} ms |"
-            )
-        else:
-            lines.append(f"| {row['concurrent']} | {medians} |")
-            headline.append(
-                f"| event-loop stall, median of {repeat} runs' longest, {row['concurrent']} "
-                f"concurrent `ainvoke` | {row['max_gap_ms']:.1f} ms |"
-            )
+    for row in document["levels"]:
+        call = LOOP_CALLS[row.get("adapter", "ainvoke")]
+        lines.append(
+            f"| {call} | {row['concurrent']} | {row['longest_gap_ms']:.1f} ms "
+            f"| {row['p99_all_gaps_ms']:.1f} ms | {row['max_gap_ms']:.1f} ms "
+            f"| {row['p99_gap_ms']:.1f} ms |"
+        )
+        headline.append(
+            f"| longest event-loop stall in {repeat} runs, {row['concurrent']} concurrent "
+            f"{call} | {row['longest_gap_ms']:.1f} ms |"
+        )
     return [*lines, ""]
 
 

@@ -18,6 +18,14 @@ Per level: throughput (generated tokens/s), time to first token and inter-token 
 P50/P90/P99, errors, 429s and client timeouts.
 
     python benchmarks/serve.py --server .cache/llama-server/build/bin/llama-server
+
+``--light N`` measures light load instead: one client sends N requests one after the other, a
+pause of ``--light-pause`` seconds between them (an idle server each time), to ours and to
+llama-server in turn request by request, each question new (numbered, so that neither side
+answers from a cached prompt beyond the template's preamble); the figure is each side's P99 time
+to first token (``serve_light.json``)::
+
+    python benchmarks/serve.py --light 100 --json benchmarks/results/serve_light.json
 """
 
 from __future__ import annotations
@@ -234,6 +242,24 @@ async def open_loop(server: Server, rate: float, duration_s: float, max_tokens: 
     return summarize(server.name, "open", rate, list(samples), wall)
 
 
+async def light_load(
+    servers: tuple[Server, Server], requests: int, pause_s: float, max_tokens: int
+) -> list[Level]:
+    """One client, one request at a time, the servers taking turns (the first alternating)."""
+    samples: dict[str, list[Sample]] = {server.name: [] for server in servers}
+    walls = dict.fromkeys(samples, 0.0)
+    limits = httpx.Limits(max_connections=4, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        for i in range(requests):
+            question = f"Question {i + 1}. {QUESTIONS[i % len(QUESTIONS)]}"
+            for server in servers if i % 2 == 0 else servers[::-1]:
+                await asyncio.sleep(pause_s)
+                start = time.perf_counter()
+                samples[server.name].append(await one_request(http, server, question, max_tokens))
+                walls[server.name] += time.perf_counter() - start
+    return [summarize(name, "light", 1, samples[name], walls[name]) for name in samples]
+
+
 def row(level: Level) -> str:
     t, i = level.ttft_ms, level.itl_ms
     return (
@@ -271,6 +297,8 @@ def main() -> None:
     parser.add_argument("--rates", default="2,4,8,16", help="open-loop requests per second")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per open-loop rate")
     parser.add_argument("--llama-cpp-python", default="1,8", help="closed-loop levels, '' skips")
+    parser.add_argument("--light", type=int, default=0, help="light load: one client, N requests")
+    parser.add_argument("--light-pause", type=float, default=0.2, help="seconds between them")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if not Path(args.server).exists():
@@ -308,6 +336,9 @@ def main() -> None:
         no_eos,
     )  # fmt: skip
 
+    if args.light:
+        light(args, ours, peer, model, threads)
+        return
     levels: list[tuple[Level, Level]] = []
     extra: list[Level] = []
     closed = [int(x) for x in args.closed.split(",") if x]
@@ -387,6 +418,40 @@ def main() -> None:
             "llama_cpp_python_flags": results.server_flags(lcp.command[2:]) if lcp_levels else None,
         },
         levels=[asdict(level) for pair in levels for level in pair] + [asdict(e) for e in extra],
+    )
+
+
+def light(args: argparse.Namespace, ours: Server, peer: Server, model: str, threads: int) -> None:
+    """The light-load mode (``--light``): both servers up, one busy at a time."""
+    try:
+        ours.start()
+        peer.start()
+        for server in (ours, peer):  # warm-up: first prompts, page cache, allocator
+            asyncio.run(closed_loop(server, 1, 2, 8))
+        levels = asyncio.run(
+            light_load((ours, peer), args.light, args.light_pause, args.max_tokens)
+        )
+    finally:
+        ours.stop()
+        peer.stop()
+    print(f"# One client, {args.light} requests each, {args.light_pause:g} s apart\n")
+    print("| server | tok/s | TTFT ms | ITL ms | ok | 429 | errors | timeouts |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"{row(levels[0])}\n{row(levels[1])}\n{ratio_row(levels[0], levels[1])}")
+    results.write(
+        args.json,
+        "serve_light",
+        {
+            "model": model,
+            "threads": threads,
+            "requests_per_side": args.light,
+            "pause_s": args.light_pause,
+            "max_tokens": args.max_tokens,
+            "order": "one client; the servers take turns request by request",
+            "ours_flags": results.server_flags(ours.command[2:], model),
+            "llama_server_flags": results.server_flags(peer.command),
+        },
+        levels=[asdict(level) for level in levels],
     )
 
 

@@ -17,12 +17,20 @@ positions, a new question would read all of it again; with an edge every 8 it ke
 few tokens. The price is a few more decodes while a prompt's first block is read cold (each
 decode reads every weight once: about 7 ms on the tiny model on 2 cores), against reading up to
 63 tokens again (about 3 ms each).
+
+A chat turn's end is an edge too: the position right after a turn-end token (``marks``, the
+model's end-of-turn tokens). Chats over one long system prompt share it up to that token, and
+with edges only every 64 positions each new question would read again the system prompt's tail
+after its last block edge (up to 63 tokens, every chat). Where edges fall is still a function
+of the tokens before them alone (a position, or the token just before it), so two prompts that
+share a prefix are cut the same way inside it, and a prefix kept up to a turn's end holds the
+cells reading the prompt alone would make.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["LEAD_PARTS", "BatchEntry", "PrefillLayout", "common_prefix"]
 
@@ -74,42 +82,66 @@ class PrefillLayout:
     one prefix can share its cells at block edges), but a prompt keeps every cached token it
     shares: in a unified KV cache, where the cells lie changes an answer's rounding anyway.
     ``lead_step`` (a divisor of ``block``; ``0``: none) adds an edge every ``lead_step``
-    positions inside the first block.
+    positions inside the first block. ``marks`` (token ids: the model's end-of-turn tokens)
+    add an edge right after each of them; the methods that place edges then take the tokens
+    (``tokens``: at least those before the positions asked about).
     """
 
     block: int
     exact_keeps: bool = True
     lead_step: int = 0
+    marks: frozenset[int] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.lead_step and (self.lead_step < 0 or self.block % self.lead_step):
             raise ValueError(f"lead_step {self.lead_step} does not divide block {self.block}")
 
     @classmethod
-    def with_lead_edges(cls, block: int, *, exact_keeps: bool = True) -> PrefillLayout:
+    def with_lead_edges(
+        cls, block: int, *, exact_keeps: bool = True, marks: frozenset[int] = frozenset()
+    ) -> PrefillLayout:
         """A layout of ``block`` whose first block has an edge every ``block // LEAD_PARTS``
-        positions (none when that does not divide the block evenly)."""
+        positions (none when that does not divide the block evenly), and one after each of
+        ``marks``."""
         step = block // LEAD_PARTS if block >= LEAD_PARTS and block % LEAD_PARTS == 0 else 0
-        return cls(block, exact_keeps=exact_keeps, lead_step=step)
+        return cls(block, exact_keeps=exact_keeps, lead_step=step, marks=marks)
 
     @property
     def aligned(self) -> bool:
         return self.block > 0
 
-    def edge_at_or_below(self, n: int) -> int:
+    def edge_at_or_below(self, n: int, tokens: Sequence[int] = ()) -> int:
         """The last chunk edge at or before position ``n`` (``0`` when there is none)."""
         if self.lead_step and n < self.block:
-            return n // self.lead_step * self.lead_step
-        return n // self.block * self.block
+            edge = n // self.lead_step * self.lead_step
+        else:
+            edge = n // self.block * self.block
+        if self.marks:
+            # The last turn end after that edge (a short scan: less than a block).
+            for i in range(min(n, len(tokens)) - 1, edge - 1, -1):
+                if tokens[i] in self.marks:
+                    return i + 1
+        return edge
 
-    def next_edge(self, start: int) -> int:
+    def next_edge(self, start: int, tokens: Sequence[int] = ()) -> int:
         """The first chunk edge after position ``start``."""
         if self.lead_step and start < self.block:
-            return (start // self.lead_step + 1) * self.lead_step
-        return (start // self.block + 1) * self.block
+            edge = (start // self.lead_step + 1) * self.lead_step
+        else:
+            edge = (start // self.block + 1) * self.block
+        if self.marks:
+            for i in range(start, min(edge - 1, len(tokens))):
+                if tokens[i] in self.marks:
+                    return i + 1
+        return edge
 
     def chunk_end(
-        self, start: int, n_prompt: int, image_starts: Sequence[int], room: int
+        self,
+        start: int,
+        n_prompt: int,
+        image_starts: Sequence[int],
+        room: int,
+        tokens: Sequence[int] = (),
     ) -> int | None:
         """The end of the prompt chunk that starts at ``start``, or ``None`` when it does not
         fit in ``room`` tokens of this step (an aligned chunk is never cut by the budget)."""
@@ -121,7 +153,7 @@ class PrefillLayout:
         if start >= n_prompt - 1:
             end = n_prompt  # the last token, alone
         else:
-            end = min([self.next_chunk_end(start, n_prompt - 1), *later_images])
+            end = min([self.next_chunk_end(start, n_prompt - 1, tokens), *later_images])
         return end if end - start <= room else None
 
     def kept(
@@ -132,13 +164,15 @@ class PrefillLayout:
         *,
         exact: int,
         cached_prompt: int,
+        tokens: Sequence[int] = (),
     ) -> int:
         """How many leading cells a prompt of ``n_prompt`` positions keeps from cells that
         share ``n_shared`` tokens with it.
 
         ``exact`` is how many leading cells were made by reading a prompt in this layout, and
         ``cached_prompt`` that prompt's length. The last prompt token is always evaluated
-        (sampling needs its logits), and an image is kept whole or not at all.
+        (sampling needs its logits), and an image is kept whole or not at all. ``tokens``: the
+        prompt (where its turns end).
         """
         limit = min(n_shared, n_prompt - 1)
         if not (self.aligned and self.exact_keeps):
@@ -146,7 +180,7 @@ class PrefillLayout:
         limit = min(limit, exact)
         if cached_prompt == n_prompt and limit == n_prompt - 1:
             return limit  # the same chunks up to the last token: every cell is the same
-        kept = self.edge_at_or_below(limit)
+        kept = self.edge_at_or_below(limit, tokens)
         for start, n_pos in image_spans.items():
             for edge in (start, start + n_pos):
                 if kept < edge <= limit:
@@ -161,19 +195,19 @@ class PrefillLayout:
         gone; images are marked by negative keys), or when any cached cell may be kept."""
         if not (self.aligned and self.exact_keeps):
             return None
-        end = self.edge_at_or_below(len(cached))
+        end = self.edge_at_or_below(len(cached), cached)
         if end <= exact:
             return None
-        start = self.edge_at_or_below(exact)
+        start = self.edge_at_or_below(exact, cached)
         images = [i for i in range(start, end) if cached[i] < 0]
         if images and images[-1] >= exact:
             return None
         return (images[-1] + 1 if images else start), end
 
-    def next_chunk_end(self, start: int, end: int) -> int:
+    def next_chunk_end(self, start: int, end: int, tokens: Sequence[int] = ()) -> int:
         """Where a chunk read from ``start`` ends, reading at most up to ``end`` (no prompt
         end or image before it)."""
-        return min(self.next_edge(start), end) if self.aligned else end
+        return min(self.next_edge(start, tokens), end) if self.aligned else end
 
 
 def _outside_images(n: int, image_spans: Mapping[int, int]) -> int:

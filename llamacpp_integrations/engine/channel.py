@@ -3,11 +3,13 @@
 The worker puts events (``StreamChunk``, embedding results, or an exception) into a channel; the
 caller reads them from a thread (blocking queue) or from asyncio (an ``asyncio.Queue`` fed with
 ``loop.call_soon_threadsafe``, so the event loop is never blocked). Nothing else is shared between
-the two sides. Every channel of one event loop posts through that loop's ``_LoopPost``: events
-put while the loop has not yet taken the previous ones go with them, so a step of many streams
-wakes the loop once, not once per stream, and a caller that fell behind gets its tokens in one
-turn. Dropping a handle before its request ends cancels the request, like a closed
+the two sides. Dropping a handle before its request ends cancels the request, like a closed
 connection would on a server.
+
+An event loop that falls behind (many streams, a framework's work per chunk) reads the chunks
+already waiting for it as one: the loop wakes once per read whatever the backlog, so a reader
+never holds it for a run of chunks, and a slow reader pays its per-chunk cost once per batch of
+tokens instead of once per token.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-import threading
-import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
 
 from ..errors import EngineClosedError, RequestCancelledError
 from .results import Completion, StreamChunk, TokenLogprob
@@ -31,22 +32,28 @@ class EventChannel:
     """One-way, thread-safe delivery of a request's events from the worker to its caller."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
         self._sync: queue.SimpleQueue[object] | None = None
         self._async: asyncio.Queue[object] | None = None
-        self._post: _LoopPost | None = None
+        # An event read while merging the backlog that could not join it (an error, another
+        # request's end...): the next read returns it first.
+        self._held: object | None = None
         if loop is None:
             self._sync = queue.SimpleQueue()
         else:
             self._async = asyncio.Queue()
-            self._post = _LoopPost.of(loop)
 
     def put(self, event: object) -> bool:
         """Deliver an event (worker side). False when the receiving event loop is gone."""
         if self._sync is not None:
             self._sync.put(event)
             return True
-        assert self._post is not None and self._async is not None
-        return self._post.put(self._async, event)
+        assert self._loop is not None and self._async is not None
+        try:
+            self._loop.call_soon_threadsafe(self._async.put_nowait, event)
+        except RuntimeError:  # the loop was closed: nobody will ever read this
+            return False
+        return True
 
     @classmethod
     def for_loop(cls) -> EventChannel:
@@ -62,65 +69,57 @@ class EventChannel:
         return _worker_gone()
 
     async def aget(self, alive: Callable[[], bool]) -> object:
-        """Wait for the next event without blocking the event loop."""
+        """Wait for the next event without blocking the event loop; stream chunks already
+        waiting behind it come merged into it."""
         assert self._async is not None, "this channel was made for a thread, not an event loop"
-        if not self._async.empty():  # the common case mid-stream: no wait_for task per token
-            return self._async.get_nowait()
+        if self._held is not None:
+            event, self._held = self._held, None
+            return event
+        if self._async.empty():
+            event = await self._await_event(alive)
+        else:  # mid-stream with a backlog: no wait_for task
+            event = self._async.get_nowait()
+        return self._merge_backlog(event)
+
+    async def _await_event(self, alive: Callable[[], bool]) -> object:
+        assert self._async is not None
         for _ in _polls(alive):
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)
         return _worker_gone()
 
-
-class _LoopPost:
-    """What the worker hands to one event loop: queued events, delivered in one callback.
-
-    Only the first event put after a delivery schedules one (``call_soon_threadsafe`` writes to
-    the loop's wake-up pipe, a system call); the rest join it in order.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Weak: the table's entry must not keep its own key (the loop) alive.
-        self._loop = weakref.ref(loop)
-        self._lock = threading.Lock()
-        self._items: list[tuple[asyncio.Queue[object], object]] = []
-
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopPost:
-        with _POSTS_LOCK:
-            post = _POSTS.get(loop)
-            if post is None:
-                post = _POSTS[loop] = cls(loop)
-            return post
-
-    def put(self, target: asyncio.Queue[object], event: object) -> bool:
-        """Queue ``event`` for ``target``; False when the loop is closed (nobody will read)."""
-        loop = self._loop()
-        if loop is None or loop.is_closed():
-            return False
-        with self._lock:
-            self._items.append((target, event))
-            if len(self._items) > 1:
-                return True  # a delivery is already scheduled and will take it
-        try:
-            loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # closed meanwhile
-            with self._lock:
-                self._items.clear()
-            return False
-        return True
-
-    def _deliver(self) -> None:
-        with self._lock:
-            items, self._items = self._items, []
-        for target, event in items:
-            target.put_nowait(event)
+    def _merge_backlog(self, event: object) -> object:
+        """``event`` with the stream chunks queued behind it merged in, up to a request's end.
+        The queue fills only from loop callbacks, so it cannot grow while this runs."""
+        assert self._async is not None
+        waiting: list[StreamChunk] = []
+        while (
+            isinstance(event, StreamChunk)
+            and event.finish_reason is None
+            and not self._async.empty()
+        ):
+            waiting.append(event)
+            event = self._async.get_nowait()
+        if not waiting:
+            return event
+        if not isinstance(event, StreamChunk):
+            self._held = event  # an error ends the stream after the tokens before it
+            return _merged(waiting)
+        return _merged([*waiting, event])
 
 
-_POSTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPost] = (
-    weakref.WeakKeyDictionary()
-)
-_POSTS_LOCK = threading.Lock()
+def _merged(chunks: Sequence[StreamChunk]) -> StreamChunk:
+    """Consecutive chunks of one request as one: their texts, tokens, logprobs and reasoning in
+    order, and the last one's end (finish reason, usage, timings, stop string)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    return replace(
+        chunks[-1],
+        text="".join(c.text for c in chunks),
+        token_ids=tuple(t for c in chunks for t in c.token_ids),
+        logprobs=tuple(p for c in chunks for p in c.logprobs),
+        reasoning="".join(c.reasoning for c in chunks),
+    )
 
 
 def _polls(alive: Callable[[], bool]) -> Iterator[None]:

@@ -5,15 +5,14 @@ a channel whose worker died answers with ``EngineClosedError`` instead of waitin
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
 import time
-import weakref
 
 import pytest
 
 from llamacpp_integrations.engine.channel import EventChannel
 from llamacpp_integrations.engine.embedding.job import EmbedJob
+from llamacpp_integrations.engine.results import StreamChunk, Usage
 from llamacpp_integrations.engine.worker.inbox import Inbox
 from llamacpp_integrations.errors import EngineClosedError, EngineOverloadedError
 
@@ -111,45 +110,48 @@ def test_a_channel_answers_for_a_dead_worker() -> None:
     assert event == "event" and isinstance(dead, EngineClosedError)
 
 
-def test_a_loops_channels_share_one_wake_up_per_burst() -> None:
-    """Events put from another thread while the loop is busy reach every channel in order,
-    delivered by one callback (one write to the loop's wake-up pipe), not one per event."""
-
-    async def run() -> tuple[list[list[object]], int]:
-        loop = asyncio.get_running_loop()
-        wakes: list[int] = []
-        schedule = loop.call_soon_threadsafe
-
-        def counted(callback: object, *args: object) -> asyncio.Handle:
-            wakes.append(1)
-            return schedule(callback, *args)  # type: ignore[arg-type]
-
-        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
-        channels = [EventChannel.for_loop() for _ in range(4)]
-
-        def worker() -> None:  # the loop is blocked in join() meanwhile: it is behind
-            for step in range(3):
-                for index, channel in enumerate(channels):
-                    assert channel.put((index, step))
-
-        thread = threading.Thread(target=worker)
-        thread.start()
-        thread.join()
-        got = [[await c.aget(lambda: True) for _ in range(3)] for c in channels]
-        return got, len(wakes)
-
-    got, wakes = asyncio.run(run())
-    assert got == [[(i, s) for s in range(3)] for i in range(4)]
-    assert wakes == 1
+def _chunk(text: str, token: int, **end: object) -> StreamChunk:
+    return StreamChunk("r", text, (token,), **end)  # type: ignore[arg-type]
 
 
-def test_a_closed_loops_channel_refuses_events_and_the_loop_can_go() -> None:
-    loop = asyncio.new_event_loop()
-    channel = EventChannel(loop)
-    assert channel.put("queued")
-    loop.close()
-    assert not channel.put("late")
-    gone = weakref.ref(loop)
-    del loop
-    gc.collect()
-    assert gone() is None  # the channels' table does not keep a loop alive
+def test_an_event_loop_behind_reads_the_waiting_chunks_as_one() -> None:
+    usage = Usage(prompt_tokens=3, completion_tokens=3)
+
+    async def read() -> list[object]:
+        channel = EventChannel.for_loop()
+        for i, text in enumerate(("a", "b")):
+            channel.put(_chunk(text, i))
+        await asyncio.sleep(0)  # both puts land before the reader looks
+        first = await channel.aget(lambda: True)
+        channel.put(_chunk("c", 2, finish_reason="stop", usage=usage))
+        return [first, await channel.aget(lambda: True)]
+
+    first, last = asyncio.run(read())
+    assert isinstance(first, StreamChunk) and (first.text, first.token_ids) == ("ab", (0, 1))
+    assert first.finish_reason is None
+    assert isinstance(last, StreamChunk) and last.finish_reason == "stop" and last.usage == usage
+
+
+def test_merged_chunks_end_with_the_request_and_an_error_comes_after_its_tokens() -> None:
+    usage = Usage(prompt_tokens=3, completion_tokens=2)
+    failure = EngineClosedError("gone")
+
+    async def read() -> list[object]:
+        channel = EventChannel.for_loop()
+        channel.put(_chunk("a", 0))
+        channel.put(_chunk("b", 1, finish_reason="length", usage=usage))
+        channel.put(_chunk("x", 9))  # never another request's: nothing follows an end
+        other = EventChannel.for_loop()
+        other.put(_chunk("c", 2))
+        other.put(failure)
+        await asyncio.sleep(0)
+        return [
+            await channel.aget(lambda: True),
+            await other.aget(lambda: True),
+            await other.aget(lambda: True),
+        ]
+
+    ended, before, error = asyncio.run(read())
+    assert isinstance(ended, StreamChunk) and ended.text == "ab" and ended.usage == usage
+    assert ended.finish_reason == "length" and ended.token_ids == (0, 1)
+    assert isinstance(before, StreamChunk) and before.text == "c" and error is failure

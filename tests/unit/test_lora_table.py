@@ -10,6 +10,7 @@ import pytest
 
 from llamacpp_integrations.engine import LoraAdapter
 from llamacpp_integrations.engine.lora import LoraTable, lora_key
+from llamacpp_integrations.engine.prompt_cache.disk_store import SavedFile
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
 from llamacpp_integrations.engine_flags import values
 from llamacpp_integrations.errors import InvalidRequestError, UnknownAdapterError
@@ -90,3 +91,12 @@ def test_cells_made_under_one_adapter_set_serve_only_that_set() -> None:
     assert other.slot.lora == (B,)
     same = scheduler.admit("c", [1, 2, 3, 4, 6], lora=(A,))
     assert same.n_reused == 4 and same.slot is first.slot
+
+
+def test_saved_prompts_serve_only_the_adapters_the_prompt_cache_keys() -> None:
+    scheduler = Scheduler(n_seq_max=1, n_batch=64, disk_lora=(A,))
+    saved = SavedFile("saved.kvstate")
+    scheduler.index.add(saved, [1, 2, 3, 4, 5])
+    assert scheduler.lookup([1, 2, 3, 4, 5], (A,))[saved] == 5
+    assert scheduler.lookup([1, 2, 3, 4, 5], ())[saved] == 0
+    assert scheduler.lookup([1, 2, 3, 4, 5], (B,))[saved] == 0

@@ -158,6 +158,12 @@ class LoadedModel:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    def turn_ends(self) -> frozenset[int]:
+        """The tokens a chat template closes a turn with (end of text, end of turn), where
+        they end generation: the prefill layout puts a chunk edge after each."""
+        found = (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_eot(self._vocab))
+        return frozenset(token for token in found if token >= 0 and self.is_eog(token))
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return tokenize(self._vocab, text, add_special=add_special, parse_special=parse_special)
 
@@ -372,9 +378,8 @@ class GenerationContext(NativeContext):
             entry.logits_index = n - 1 if entry.logits_last else -1
         if n == 0:
             return DecodeStatus.OK
-        batch = self._batch
-        batch.n_tokens = n
-        code = self._run(batch)
+        self._batch.n_tokens = n
+        code = self._run(self._batch)
         if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
             return code
         raise EngineError(f"llama_decode failed with code {code}")
@@ -387,11 +392,8 @@ class GenerationContext(NativeContext):
         """The logits row ``index`` of the last decode, without copying (valid until the next)."""
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
         address = ctypes.addressof(ptr.contents) if ptr else 0
-        view = self._views.get(address)
+        view = self._views.get(address)  # one per row: llama.cpp keeps its output buffer
         if view is None:
-            if not address:
-                raise EngineError(f"internal: no logits at row {index} of the last decode")
-            # Made once per row address: llama.cpp keeps its output buffer between decodes.
             view = self._views[address] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         return view
 

@@ -37,7 +37,7 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "lora": [(a.path, a.scale) for a in config.lora_adapters],
         "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
         # Where a prompt's chunks end decides which saved cells are exactly a cold read's.
-        "prefill": [config.prefill_block_size, LEAD_PARTS],
+        "prefill": [config.prefill_block_size, LEAD_PARTS, "turn ends"],
         "mmproj": _file_identity(config.mmproj),
     }
     return repr(sorted(parts.items()))
@@ -108,7 +108,12 @@ class SavedPrompts:
         # A saved state holds a whole prompt, read in the layout up to its last token.
         saved = len(found.tokens)
         n = layout.kept(
-            found.n_shared, len(prompt), image_spans, exact=saved - 1, cached_prompt=saved
+            found.n_shared,
+            len(prompt),
+            image_spans,
+            exact=saved - 1,
+            cached_prompt=saved,
+            tokens=prompt,
         )
         if n <= n_reused:
             return n_reused

@@ -81,7 +81,7 @@ class EngineCore:
         self.config = config
         self.inbox = inbox
         self.board = StatsBoard()
-        self.scheduler = Scheduler.of(config)
+        self.scheduler = Scheduler.of(config, model.turn_ends())
         self.cells = SequenceCells(
             model, config, kv=kv, layout=self.scheduler.layout, index=self.scheduler.index
         )

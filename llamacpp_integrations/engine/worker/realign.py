@@ -67,7 +67,8 @@ def realign_step(choice: RealignChoice, layout: PrefillLayout) -> RealignStep:
         target.unread[:] = unread
         target.exact, target.prompt_len = start, 0
     start = len(target.cached)
-    stop = layout.next_chunk_end(start, start + len(target.unread))
+    tokens = [*target.cached, *target.unread]  # a turn's end inside the answer is an edge too
+    stop = layout.next_chunk_end(start, len(tokens), tokens)
     entry = BatchEntry(target.seq_id, target.unread[: stop - start], start, False)
     return RealignStep(target, entry, copy_from, drop)
 

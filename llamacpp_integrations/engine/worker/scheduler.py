@@ -88,13 +88,14 @@ class Scheduler:
         self._clock = 0
 
     @classmethod
-    def of(cls, config: EngineConfig) -> Scheduler:
-        """The scheduler of an engine made with ``config``."""
+    def of(cls, config: EngineConfig, turn_ends: frozenset[int] = frozenset()) -> Scheduler:
+        """The scheduler of an engine made with ``config``; ``turn_ends``: the model's
+        end-of-turn tokens (a chunk edge falls after each, see ``batch.py``)."""
         return cls(
             config.n_seq_max,
             config.n_batch,
             PrefillLayout.with_lead_edges(
-                config.prefill_block_size, exact_keeps=not config.kv_unified
+                config.prefill_block_size, exact_keeps=not config.kv_unified, marks=turn_ends
             ),
             deterministic=config.deterministic,
             prefix_sharing=config.prefix_sharing,
@@ -144,6 +145,7 @@ class Scheduler:
                 image_spans,
                 exact=slot.exact,
                 cached_prompt=slot.prompt_len,
+                tokens=prompt,
             )
 
         n_reused, _, source = max(
@@ -215,6 +217,7 @@ class Scheduler:
                 seq.image_spans,
                 exact=len(other.prompt) - 1,
                 cached_prompt=len(other.prompt),
+                tokens=seq.prompt,
             )
             if n > until and (n >= seq.n_past + self.layout.block or _gains_image(seq, n)):
                 best, until = other, n
@@ -265,7 +268,9 @@ class Scheduler:
                 if plan.image is None:
                     plan.image = ImageStep(seq, start, n_image)
                 continue
-            end = self.layout.chunk_end(start, len(seq.prompt), list(seq.image_spans), prompt_room)
+            end = self.layout.chunk_end(
+                start, len(seq.prompt), list(seq.image_spans), prompt_room, seq.prompt
+            )
             if end is None:
                 continue
             done = end == len(seq.prompt)

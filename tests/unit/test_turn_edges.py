@@ -1,0 +1,92 @@
+"""A chat turn's end is a chunk edge: chats over one system prompt keep all of it from the
+cache (the second wave) and from the one still reading it (the first), and two prompts sharing
+a turn are cut alike up to its end, so what is kept is what reading alone would make."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llamacpp_integrations.engine.batch import PrefillLayout
+from llamacpp_integrations.engine.worker.scheduler import Scheduler
+from llamacpp_integrations.engine.worker.sequences import SeqState
+
+END = 2  # the turn-end token of these tests
+TURNS = PrefillLayout.with_lead_edges(64, marks=frozenset({END}))
+GRID = PrefillLayout.with_lead_edges(64)
+SYSTEM = [*range(10, 110), END]  # a 101-token system turn: its end at position 101
+
+
+def _chunks(layout: PrefillLayout, prompt: Sequence[int]) -> list[tuple[int, int]]:
+    """How a prompt read alone is cut: each chunk's (start, end)."""
+    chunks, start = [], 0
+    while start < len(prompt):
+        end = layout.chunk_end(start, len(prompt), [], 512, prompt)
+        assert end is not None
+        chunks.append((start, end))
+        start = end
+    return chunks
+
+
+def _question(i: int, n: int = 9) -> list[int]:
+    return [1000 + 100 * i + k for k in range(n)]
+
+
+def test_a_chunk_ends_right_after_a_turn_end() -> None:
+    prompt = [*SYSTEM, *_question(0)]
+    assert _chunks(TURNS, prompt)[-4:] == [(56, 64), (64, 101), (101, 109), (109, 110)]
+    assert _chunks(GRID, prompt)[-3:] == [(56, 64), (64, 109), (109, 110)]
+    assert TURNS.edge_at_or_below(105, prompt) == 101
+    assert TURNS.edge_at_or_below(101, prompt) == 101
+    assert TURNS.edge_at_or_below(100, prompt) == 64
+    assert TURNS.edge_at_or_below(105) == 64  # without the tokens: the grid's edges only
+    # A turn's end in the first block, between lead edges, is an edge too.
+    short = [5, 6, 7, END, 8, 9, 10, 11, 12, 13]
+    assert _chunks(TURNS, short)[:2] == [(0, 4), (4, 8)]
+
+
+def test_prompts_sharing_a_turn_are_cut_alike_up_to_its_end() -> None:
+    # Whatever follows the system turn (a short question, a long one), the chunks before its
+    # end are the same: where an edge falls depends on the tokens before it only.
+    for a, b in ((_question(0), _question(1, 90)), (_question(2, 3), _question(3, 200))):
+        first, second = _chunks(TURNS, [*SYSTEM, *a]), _chunks(TURNS, [*SYSTEM, *b])
+        inside = [chunk for chunk in first if chunk[1] <= len(SYSTEM)]
+        assert inside == [chunk for chunk in second if chunk[1] <= len(SYSTEM)]
+        assert inside[-1][1] == len(SYSTEM)
+
+
+def test_a_new_question_keeps_the_whole_system_turn() -> None:
+    kept = TURNS.kept
+    prompt = [*SYSTEM, *_question(1)]
+    # Cells of another chat over the same system prompt, read in this layout.
+    assert kept(103, len(prompt), {}, exact=109, cached_prompt=110, tokens=prompt) == 101
+    assert GRID.kept(103, len(prompt), {}, exact=109, cached_prompt=110, tokens=prompt) == 64
+    # Only cells read in the layout count: exact short of the turn's end keeps the grid edge.
+    assert kept(103, len(prompt), {}, exact=90, cached_prompt=110, tokens=prompt) == 64
+
+
+def _wave(scheduler: Scheduler, wave: int, n: int) -> tuple[list[SeqState], list[int]]:
+    """``n`` chats over the system prompt admitted together and read to their first token,
+    then released with their cells kept; returns them and how many tokens each read."""
+    seqs = [scheduler.admit(f"{wave}-{i}", [*SYSTEM, *_question(n * wave + i)]) for i in range(n)]
+    read = {seq.request_id: 0 for seq in seqs}
+    while any(seq.n_past < len(seq.prompt) for seq in seqs):
+        plan = scheduler.plan()
+        for seq, entry in plan.entries:
+            read[seq.request_id] += len(entry.tokens)
+        scheduler.decoded(plan)
+    for seq in seqs:
+        scheduler.release(seq, keep_cache=True)
+    return seqs, [read[seq.request_id] for seq in seqs]
+
+
+def test_the_second_wave_reads_only_its_questions() -> None:
+    for layout, kept in ((TURNS, len(SYSTEM)), (GRID, 64)):
+        scheduler = Scheduler(n_seq_max=8, n_batch=2048, layout=layout)
+        cold, _ = _wave(scheduler, 0, 4)
+        # The first reads the system prompt; the others wait for its cells up to the edge.
+        assert [seq.n_shared for seq in cold[1:]] == [kept] * 3
+        assert scheduler.shared_tokens == 3 * kept
+        warm, read = _wave(scheduler, 1, 4)
+        assert [seq.n_reused for seq in warm] == [kept] * 4
+        n_question = len(_question(0))
+        assert read == [len(SYSTEM) - kept + n_question] * 4
