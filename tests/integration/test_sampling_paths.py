@@ -2,9 +2,10 @@
 
 A greedy request that no penalty, bias or grammar changes takes the argmax of its logits row
 without a sampler chain (``engine/native/sampler.py``); with a grammar, the argmax is checked
-against it first. A logit bias of zero changes no logit but makes the request build llama.cpp's
-chain (bias, then its greedy sampler), so the two answers of each pair here are the fast path and
-the chain on the same prompt, alone on one engine: they must agree token for token.
+against it first, then the row's best tokens, and only then the whole vocabulary. A logit bias
+of zero changes no logit but makes the request build llama.cpp's chain (bias, then its greedy
+sampler), so the two answers of each pair here are the fast path and the chain on the same
+prompt, alone on one engine: they must agree token for token.
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ def test_greedy_grammar_checks_the_argmax_first(engine: Engine) -> None:
     fast = _tokens(engine, question, GREEDY, grammar=DIGITS)
     assert fast == _tokens(engine, question, CHAIN_GREEDY, grammar=DIGITS)
     assert engine.detokenize(list(fast)).startswith("The answer is ")
+
+
+JSON = (
+    r'root ::= "{" ws "\"legs\":" ws [0-9]+ ws "," ws "\"name\":" ws "\"" [a-z ]+ "\"" ws "}"'
+    + "\nws ::= [ \\n]*"
+)
+
+
+@pytest.mark.parametrize("question", ["How many legs has a spider?", QUESTIONS[1]])
+def test_greedy_grammar_shortlist_is_the_whole_vocabularys_pick(
+    engine: Engine, question: str
+) -> None:
+    """A JSON answer refuses the model's favourite token at nearly every step: the fast path
+    then picks among the row's best tokens, the chain among the whole filtered vocabulary."""
+    fast = _tokens(engine, question, GREEDY, grammar=JSON)
+    assert fast == _tokens(engine, question, CHAIN_GREEDY, grammar=JSON)
+    assert engine.detokenize(list(fast)).startswith("{")
 
 
 def test_seeded_sampling_repeats(engine: Engine) -> None:
