@@ -137,7 +137,9 @@ def test_rerank_rows_score_as_the_engine_does_and_a_missing_document_fails_alone
         for query in queries:
             mine = [row for row in rows if row["query"] == query and row["error"] is None]
             expected = local.rerank(query, [row["document"] for row in mine])
-            assert [row["score"] for row in mine] == pytest.approx(expected, abs=1e-5)
+            # float32 sums: after another test in this process the scores differ in the fifth
+            # significant digit (seen: 1.7e-5 relative); a wrong pairing differs in the first.
+            assert [row["score"] for row in mine] == pytest.approx(expected, rel=1e-4)
 
 
 class Legs(BaseModel):
@@ -155,12 +157,16 @@ def test_200_rows_of_extraction_are_schema_valid_or_typed_errors_in_order(
         items,
         GenerateBatches,
         50,
+        actors=1,  # two would share the one core a test worker has
         model=str(smollm_path),
         template="How many legs has a {animal}?",
         schema=Legs,
         max_tokens=16,
         temperature=0.0,
-        **ENGINE,
+        # Sixteen rows decoding at once in a short context: on one core a step over fewer,
+        # smaller KV streams costs less than the rows it would add (measured: 100 rows took
+        # 14 s so, 18 s with 32 sequences of 256 positions).
+        **{**ENGINE, "n_seq_max": 16, "n_ctx_per_seq": 128},
     )
 
     assert [row["id"] for row in rows] == [item["id"] for item in items]
