@@ -36,6 +36,7 @@ from step_timing import DecodeLog
 from llamacpp_integrations.engine import (
     ChatMessage,
     ChatRequest,
+    CompletionRequest,
     Engine,
     EngineConfig,
     SamplingParams,
@@ -43,16 +44,19 @@ from llamacpp_integrations.engine import (
 from llamacpp_integrations.engine.native.fixed_logits import FixedLogitsContext
 from llamacpp_integrations.engine.worker import cells
 
-MODELS = ("smollm2-135m", "gemma-3-270m")
+MODELS = ("smollm2-135m", "gemma3-270m")
 
 
-def request(index: int, tokens: int) -> ChatRequest:
-    return ChatRequest(
-        messages=[ChatMessage(role="user", content=f"Question {index}: say something.")],
-        sampling=SamplingParams(temperature=0),
-        max_tokens=tokens,
-        ignore_eos=True,
-    )
+def request(engine: Engine, index: int, tokens: int) -> ChatRequest | CompletionRequest:
+    question = f"Question {index}: say something."
+    common: dict[str, Any] = {
+        "sampling": SamplingParams(temperature=0),
+        "max_tokens": tokens,
+        "ignore_eos": True,
+    }
+    if engine.info.chat_template is None:  # gemma3-270m's file has none: raw text
+        return CompletionRequest(prompt=question, **common)
+    return ChatRequest(messages=[ChatMessage(role="user", content=question)], **common)
 
 
 async def run_streams(engine: Engine, n: int, tokens: int) -> int:
@@ -60,7 +64,7 @@ async def run_streams(engine: Engine, n: int, tokens: int) -> int:
 
     async def one(index: int) -> int:
         count = 0
-        async for chunk in engine.astream(request(index, tokens)):
+        async for chunk in engine.astream(request(engine, index, tokens)):
             count += len(chunk.token_ids)
         return count
 

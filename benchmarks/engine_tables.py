@@ -9,7 +9,7 @@ from typing import Any
 
 Results = Mapping[str, Any]
 
-_MODELS = {"smollm2-135m": "SmolLM2", "gemma-3-270m": "Gemma 3"}
+_MODELS = {"smollm2-135m": "SmolLM2", "gemma3-270m": "Gemma 3"}
 
 
 def step_profile_phases(results: Results) -> str:

@@ -6,8 +6,8 @@ Each round starts a new session (a fresh first line in the system prompt, so the
 finds nothing cached), sends the sixteen first chats at once, and, as soon as all have answered,
 the sixteen next ones at once. Greedy answers of ``--max-tokens`` tokens. Sides take turns, one
 llama.cpp process busy at a time: ours in this process (``EngineConfig`` defaults but
-``n_seq_max`` and ``n_ctx_per_seq``; again with ``realign_when_idle=False``), each left to
-finish reading answers again while idle before the next side starts, and llama-server in its
+``n_seq_max`` and ``n_ctx_per_seq``; again with ``realign_when_idle=False``), each on an
+engine of its own, closed before the next side starts, and llama-server in its
 own process with its defaults except ``-np 16`` and ``-c`` (2,048 tokens a slot, as ours per
 sequence). Figures: each wave's wall time and mean and P99 time to first token (from the wave's
 start), ours' prompt tokens read and kept from the cache per wave (the usage each answer
@@ -134,6 +134,18 @@ async def one_round(wave: Wave, session: str, n: int) -> dict[str, dict[str, Any
 KEYS = ("wall_s", "mean_ttft_s", "p99_ttft_s")
 
 
+async def ours_round(
+    config: EngineConfig, session: str, n: int, max_tokens: int
+) -> dict[str, dict[str, Any]]:
+    """One round on an engine of its own: loaded and warmed up (not measured), both waves, then
+    closed. Two engines in one process share its worker, and the first measured ran slower."""
+    with Engine(config) as engine:
+        await ChatLlamaCpp(engine=engine, max_tokens=4).ainvoke("Say hello.")
+        settle(engine)
+        llm = ChatLlamaCpp(engine=engine, temperature=0.0, max_tokens=max_tokens)
+        return await one_round(ours(llm), session, n)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", default=os.environ.get("LLAMACPP_INTEGRATIONS_LLAMA_SERVER"))
@@ -157,32 +169,26 @@ async def main() -> None:
     seen: dict[str, list[dict[str, dict[str, Any]]]] = {name: [] for name in variants}
     if process is not None:
         seen["llama-server"] = []
+    configs = {
+        "ours": EngineConfig(**base),
+        "ours, no idle realign": EngineConfig(**base, realign_when_idle=False),
+    }
     try:
-        with (
-            Engine(EngineConfig(**base)) as engine,
-            Engine(EngineConfig(**base, realign_when_idle=False)) as quiet,
-        ):
-            engines = {"ours": engine, "ours, no idle realign": quiet}
-            sides: dict[str, Wave] = {
-                name: ours(ChatLlamaCpp(engine=e, temperature=0.0, max_tokens=args.max_tokens))
-                for name, e in engines.items()
-            }
-            if process is not None:
-                sides["llama-server"] = server(process.port, args.max_tokens)
-            for e in engines.values():  # loaded and warmed up, not measured
-                await ChatLlamaCpp(engine=e, max_tokens=4).ainvoke("Say hello.")
-                settle(e)
-            for r in range(args.rounds):
-                for name, wave in sides.items():
-                    seen[name].append(await one_round(wave, f"{r}-{name}", args.chats))
-                    if name in engines:
-                        settle(engines[name])
-                    row = seen[name][-1]
-                    print(
-                        f"round {r + 1}, {name}: cold {row['cold']['wall_s']:.1f} s, "
-                        f"warm {row['warm']['wall_s']:.1f} s",
-                        flush=True,
-                    )
+        for r in range(args.rounds):
+            for name in seen:
+                session = f"{r}-{name}"
+                if name in configs:  # its own engine, alone in this process, closed after
+                    row = await ours_round(configs[name], session, args.chats, args.max_tokens)
+                else:
+                    assert process is not None  # "llama-server" is a side only with one
+                    wave = server(process.port, args.max_tokens)
+                    row = await one_round(wave, session, args.chats)
+                seen[name].append(row)
+                print(
+                    f"round {r + 1}, {name}: cold {row['cold']['wall_s']:.1f} s, "
+                    f"warm {row['warm']['wall_s']:.1f} s",
+                    flush=True,
+                )
     finally:
         if process is not None:
             process.close()

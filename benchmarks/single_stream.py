@@ -35,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -199,6 +200,21 @@ def llama_bench(binary: str, model: str, threads: int) -> dict[str, float]:
 # ---- one model ----------------------------------------------------------------------------
 
 
+# Gemma 3 270M's file is the base model's and has no chat template: both sides are given
+# Gemma's turn format, so that they read the same prompt (the base model runs on to the limit).
+GEMMA_TURNS = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>"
+    "{{ 'model' if m.role == 'assistant' else 'user' }}\n{{ m.content }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def _chat_template(model: str, threads: int) -> str | None:
+    """None where the GGUF carries a template; else the turn format both sides are given."""
+    with Engine(EngineConfig(model=model, n_threads=threads, n_ctx_per_seq=256)) as probe:
+        return None if probe.info.chat_template is not None else GEMMA_TURNS
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -206,7 +222,14 @@ def median(values: list[float]) -> float:
 def measure_model(args: argparse.Namespace, name: str) -> dict[str, Any]:
     model = str(resolve_model_path(name))
     extra = ["-fa", "off", *(["--no-repack"] if cpu_advertises_amx() else [])]
-    config = EngineConfig(model=model, n_threads=args.threads, realign_when_idle=False)
+    template = _chat_template(model, args.threads)
+    if template is not None:
+        template_file = Path(tempfile.mkdtemp()) / "chat_template.jinja"
+        template_file.write_text(template)
+        extra += ["--jinja", "--chat-template-file", str(template_file)]
+    config = EngineConfig(
+        model=model, n_threads=args.threads, realign_when_idle=False, chat_template=template
+    )
     samples: dict[str, list[float]] = {}
     tokens: dict[str, list[int]] = {}
     read_tokens: dict[str, int] = {}
@@ -250,6 +273,7 @@ def measure_model(args: argparse.Namespace, name: str) -> dict[str, Any]:
         "runs": samples,
         "tokens": tokens,
         "prompt_tokens_read": read_tokens,
+        "chat_template": "the GGUF's" if template is None else "Gemma turns (GEMMA_TURNS)",
         "llama_server_flags": results.server_flags(server.command, model),
     }
     return row

@@ -63,7 +63,7 @@ from llamacpp_integrations.engine.worker.output import OutputProcessor
 from llamacpp_integrations.engine.worker.sampling import Sampling
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
 
-MODELS = ("smollm2-135m", "gemma-3-270m")
+MODELS = ("smollm2-135m", "gemma3-270m")
 MODES = {
     "greedy": (SamplingParams(temperature=0.0), None),
     "sampled": (SamplingParams(temperature=0.8, top_p=0.95, top_k=40, min_p=0.0, seed=1), None),
@@ -118,7 +118,7 @@ def request(engine: Engine, mode: str, tokens: int) -> ChatRequest | CompletionR
         "ignore_eos": True,
         "grammar": grammar,
     }
-    if engine.info.chat_template is None:  # gemma-3-270m's file has none: raw text
+    if engine.info.chat_template is None:  # gemma3-270m's file has none: raw text
         return CompletionRequest(prompt=PROMPT, **common)
     return ChatRequest(messages=[ChatMessage(role="user", content=PROMPT)], **common)
 
