@@ -143,7 +143,10 @@ def main() -> None:
             "batch_size": BATCH,
             "ray": ray.__version__,
             "in_process": f"the batch class called in one process, n_threads={cores}",
-            "actors": "ActorPoolStrategy(size=1 or 2, max_tasks_in_flight_per_actor=1), num_cpus=1 each (one thread each)",
+            "actors": (
+                "ActorPoolStrategy(size=1 or 2, max_tasks_in_flight_per_actor=1), "
+                "num_cpus=1 each (one thread each)"
+            ),
         },
         ray_init_s=init_s,
         load_average={"start": load_at_start, "end": os.getloadavg()[0]},
