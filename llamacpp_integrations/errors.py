@@ -60,6 +60,7 @@ __all__ = [
     "InvalidRequestError",
     "KVCacheFullError",
     "LlamaCppIntegrationError",
+    "MediaLoadReason",
     "MissingDependencyError",
     "ModelLoadError",
     "OutputTruncatedError",
@@ -192,7 +193,7 @@ class ImageInputNotSupportedError(UnsupportedContentError):
     """An image was given, but the loaded model has no image projector (``mmproj``)."""
 
 
-ImageLoadReason = Literal[
+MediaLoadReason = Literal[
     "bad-source",
     "bad-url",
     "scheme-refused",
@@ -207,8 +208,10 @@ ImageLoadReason = Literal[
     "bad-content-type",
     "empty",
     "decode-failed",
-    "decompression-bomb",
 ]
+"""The reasons images and clips share: where they come from and how they are carried."""
+
+ImageLoadReason = Literal[MediaLoadReason, "decompression-bomb"]
 """The machine-readable reasons an ``ImageLoadError`` carries."""
 
 
@@ -241,24 +244,7 @@ class AudioInputNotSupportedError(UnsupportedContentError):
     encoder)."""
 
 
-AudioLoadReason = Literal[
-    "bad-source",
-    "bad-url",
-    "scheme-refused",
-    "remote-disabled",
-    "private-address",
-    "path-not-allowed",
-    "not-found",
-    "fetch-failed",
-    "timeout",
-    "too-many-redirects",
-    "too-large",
-    "bad-content-type",
-    "empty",
-    "decode-failed",
-    "truncated",
-    "too-long",
-]
+AudioLoadReason = Literal[MediaLoadReason, "truncated", "too-long"]
 """The machine-readable reasons an ``AudioLoadError`` carries."""
 
 

@@ -89,22 +89,9 @@ def _image_source(part: dict[str, Any]) -> str:
         if isinstance(url, str) and url:
             return url
     elif kind == "image":
-        mime = part.get("mime_type")
-        data = part.get("base64")  # v1
-        if data is None and part.get("source_type") == "base64":  # v0 standard
-            data = part.get("data")
-        if isinstance(data, str) and data:
-            return f"data:{mime};base64,{data}" if isinstance(mime, str) and mime else data
-        url = part.get("url")
-        if url is None and part.get("source_type") == "url":
-            url = part.get("data")
-        if isinstance(url, str) and url:
-            return url
-        if part.get("file_id") or part.get("id") or part.get("source_type") == "id":
-            raise UnsupportedContentError(
-                "image blocks that name a provider's file id cannot be read here: pass the "
-                "image as base64 data or a URL"
-            )
+        source = _standard_block_source(part, "image", "the image")
+        if source is not None:
+            return source
     raise UnsupportedContentError(f"this {kind!r} block names no image data or URL")
 
 
@@ -112,6 +99,15 @@ def _audio_source(part: dict[str, Any]) -> str:
     """The data URI, base64, URL or path an audio block points at, in any of LangChain's forms."""
     if part.get("type") == "input_audio":
         return input_audio_source(part.get("input_audio"), "the input_audio block")
+    source = _standard_block_source(part, "audio", "the clip")
+    if source is None:
+        raise UnsupportedContentError("this audio block names no data or URL")
+    return source
+
+
+def _standard_block_source(part: dict[str, Any], kind: str, what: str) -> str | None:
+    """A standard media block's base64 data (a data URI when it names its MIME type) or URL,
+    in the v1 form or v0's ``source_type`` form; ``None`` when it names neither."""
     mime = part.get("mime_type")
     data = part.get("base64")  # v1
     if data is None and part.get("source_type") == "base64":  # v0 standard
@@ -125,10 +121,10 @@ def _audio_source(part: dict[str, Any]) -> str:
         return url
     if part.get("file_id") or part.get("source_type") == "id":
         raise UnsupportedContentError(
-            "audio blocks that name a provider's file id cannot be read here: pass the clip as "
+            f"{kind} blocks that name a provider's file id cannot be read here: pass {what} as "
             "base64 data or a URL"
         )
-    raise UnsupportedContentError("this audio block names no data or URL")
+    return None
 
 
 def _content(

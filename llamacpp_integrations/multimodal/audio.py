@@ -17,16 +17,12 @@ names the check and whose message names the limit.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import math
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from ..engine import ModelInfo
 from ..errors import (
@@ -38,6 +34,7 @@ from ..errors import (
 )
 from ..prompts.media import AudioInput, ImageInput
 from .audio_headers import read_header, sniff_audio
+from .encoded import MediaRules, bare_base64, data_uri_bytes, source_scheme
 from .fetch import fetch_url
 from .loading import image_reader_for
 from .local import read_local_file
@@ -70,11 +67,6 @@ DEFAULT_AUDIO_TYPES: tuple[str, ...] = (
     "audio/mpeg",
     "audio/mp3",
 )
-
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
-_BASE64 = re.compile(r"[A-Za-z0-9+/_\-]+={0,2}")
-_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
-_MIN_BARE_BASE64 = 16
 
 
 @dataclass(frozen=True)
@@ -199,6 +191,10 @@ def _as_audio_error(error: ImageLoadError) -> AudioLoadError:
     return AudioLoadError(message, reason=error.reason)  # type: ignore[arg-type]
 
 
+def _rules(limits: AudioLimits) -> MediaRules:
+    return MediaRules(AudioLoadError, limits.allowed_content_types, limits.max_bytes, sniff_audio)
+
+
 def _from_path(path: str, policy: ImagePolicy, limits: AudioLimits) -> AudioInput:
     try:
         data = read_local_file(path, _transport(policy, limits))
@@ -211,11 +207,10 @@ def _from_string(text: str, policy: ImagePolicy, limits: AudioLimits) -> AudioIn
     stripped = text.strip()
     if not stripped:
         raise AudioLoadError("the audio source is an empty string", reason="empty")
-    match = _SCHEME.match(stripped)
-    if match is not None and len(match.group(1)) > 1:  # one letter: a Windows drive, a path
-        scheme = match.group(1).lower()
+    scheme = source_scheme(stripped)
+    if scheme is not None:
         if scheme == "data":
-            return _check(_data_uri_bytes(stripped, limits), limits, "the data URI clip")
+            return _check(data_uri_bytes(stripped, _rules(limits)), limits, "the data URI clip")
         if scheme in ("http", "https"):
             try:
                 fetched = fetch_url(stripped, _transport(policy, limits))
@@ -226,67 +221,10 @@ def _from_string(text: str, policy: ImagePolicy, limits: AudioLimits) -> AudioIn
             f"{scheme}: sources are not read (only http(s) URLs, data URIs, base64 and paths)",
             reason="scheme-refused",
         )
-    decoded = _bare_base64_audio(stripped, limits)
+    decoded = bare_base64(stripped, _rules(limits), "clip")
     if decoded is not None:
         return _check(decoded, limits, "the base64 clip")
     return _from_path(text, policy, limits)
-
-
-def _b64decode(payload: str) -> bytes | None:
-    compact = "".join(payload.split())
-    compact += "=" * (-len(compact) % 4)
-    try:
-        return base64.b64decode(compact.translate(_URLSAFE_TO_STANDARD), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _check_encoded_size(encoded_length: int, limits: AudioLimits, what: str) -> None:
-    if encoded_length * 3 // 4 > limits.max_bytes:
-        raise AudioLoadError(
-            f"{what} holds about {encoded_length * 3 // 4} bytes, over the "
-            f"{limits.max_bytes}-byte limit",
-            reason="too-large",
-        )
-
-
-def _data_uri_bytes(uri: str, limits: AudioLimits) -> bytes:
-    header, comma, payload = uri[len("data:") :].partition(",")
-    if not comma:
-        raise AudioLoadError("a data URI without a ',' before its data", reason="decode-failed")
-    params = [p.strip().lower() for p in header.split(";")]
-    if params[0] not in limits.allowed_content_types:
-        raise AudioLoadError(
-            f"data URI of type {params[0] or 'text/plain (none given)'!r}; allowed are "
-            f"{', '.join(limits.allowed_content_types)}",
-            reason="bad-content-type",
-        )
-    if "base64" in params[1:]:
-        _check_encoded_size(len(payload), limits, "the data URI")
-        data = _b64decode(payload)
-        if data is None:
-            raise AudioLoadError("the data URI's base64 payload is invalid", reason="decode-failed")
-        return data
-    if len(payload) // 3 > limits.max_bytes:
-        raise AudioLoadError(
-            f"the data URI is over the {limits.max_bytes}-byte limit", reason="too-large"
-        )
-    return unquote_to_bytes(payload)
-
-
-def _bare_base64_audio(text: str, limits: AudioLimits) -> bytes | None:
-    """``text`` decoded, if it is base64 of something that starts like a clip; else ``None``."""
-    compact = "".join(text.split())
-    if len(compact) < _MIN_BARE_BASE64 or not _BASE64.fullmatch(compact):
-        return None
-    head = _b64decode(compact[:64])
-    if head is None or sniff_audio(head) is None:
-        return None
-    _check_encoded_size(len(compact), limits, "the base64 string")
-    data = _b64decode(compact)
-    if data is None:
-        raise AudioLoadError("the base64 clip is invalid past its start", reason="decode-failed")
-    return data
 
 
 class MediaReader:

@@ -24,19 +24,16 @@ sees them, and the result is a ``LoadedImage`` with RGB888 pixels.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import os
-import re
 from collections.abc import Callable
 from functools import partial
-from urllib.parse import unquote_to_bytes
 
 from PIL import Image
 
 from ..engine import ModelInfo
 from ..errors import ImageLoadError
 from .decode import LoadedImage, check_max_side, decode_bytes, from_pil, sniff_format
+from .encoded import MediaRules, bare_base64, data_uri_bytes, source_scheme
 from .fetch import fetch_url
 from .local import read_local_file
 from .policy import DEFAULT_IMAGE_POLICY, ImagePolicy
@@ -45,11 +42,6 @@ __all__ = ["ImageSource", "aload_image", "image_reader_for", "load_image"]
 
 ImageSource = bytes | bytearray | memoryview | str | os.PathLike[str] | Image.Image
 """What ``load_image`` accepts."""
-
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
-_BASE64 = re.compile(r"[A-Za-z0-9+/_\-]+={0,2}")
-_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
-_MIN_BARE_BASE64 = 16  # shorter strings are never taken for image data
 
 
 def load_image(
@@ -118,6 +110,10 @@ def image_reader_for(
     return lambda source: load_image(source, policy, max_side=max_side)
 
 
+def _rules(policy: ImagePolicy) -> MediaRules:
+    return MediaRules(ImageLoadError, policy.allowed_content_types, policy.max_bytes, sniff_format)
+
+
 def _from_path(path: str, policy: ImagePolicy, max_side: int | None) -> LoadedImage:
     data = read_local_file(path, policy)
     return decode_bytes(data, policy, max_side=max_side, what=f"file {path[:200]!r}")
@@ -127,11 +123,10 @@ def _from_string(text: str, policy: ImagePolicy, max_side: int | None) -> Loaded
     stripped = text.strip()
     if not stripped:
         raise ImageLoadError("the image source is an empty string", reason="empty")
-    match = _SCHEME.match(stripped)
-    if match is not None and len(match.group(1)) > 1:  # one letter: a Windows drive, a path
-        scheme = match.group(1).lower()
+    scheme = source_scheme(stripped)
+    if scheme is not None:
         if scheme == "data":
-            data = _data_uri_bytes(stripped, policy)
+            data = data_uri_bytes(stripped, _rules(policy))
             return decode_bytes(data, policy, max_side=max_side, what="the data URI image")
         if scheme in ("http", "https"):
             fetched = fetch_url(stripped, policy)
@@ -142,67 +137,7 @@ def _from_string(text: str, policy: ImagePolicy, max_side: int | None) -> Loaded
             f"{scheme}: sources are not read (only http(s) URLs, data URIs, base64 and paths)",
             reason="scheme-refused",
         )
-    decoded = _bare_base64_image(stripped, policy)
+    decoded = bare_base64(stripped, _rules(policy), "image data")
     if decoded is not None:
         return decode_bytes(decoded, policy, max_side=max_side, what="the base64 image")
     return _from_path(text, policy, max_side)
-
-
-def _check_encoded_size(encoded_length: int, policy: ImagePolicy, what: str) -> None:
-    if encoded_length * 3 // 4 > policy.max_bytes:
-        raise ImageLoadError(
-            f"{what} holds about {encoded_length * 3 // 4} bytes, over the "
-            f"{policy.max_bytes}-byte limit",
-            reason="too-large",
-        )
-
-
-def _b64decode(payload: str) -> bytes | None:
-    """Standard or URL-safe base64, whitespace and missing padding tolerated; ``None`` if bad."""
-    compact = "".join(payload.split())
-    compact += "=" * (-len(compact) % 4)
-    try:
-        return base64.b64decode(compact.translate(_URLSAFE_TO_STANDARD), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _data_uri_bytes(uri: str, policy: ImagePolicy) -> bytes:
-    header, comma, payload = uri[len("data:") :].partition(",")
-    if not comma:
-        raise ImageLoadError("a data URI without a ',' before its data", reason="decode-failed")
-    params = [p.strip().lower() for p in header.split(";")]
-    media_type = params[0]
-    if media_type not in policy.allowed_content_types:
-        raise ImageLoadError(
-            f"data URI of type {media_type or 'text/plain (none given)'!r}; allowed are "
-            f"{', '.join(policy.allowed_content_types)}",
-            reason="bad-content-type",
-        )
-    if "base64" in params[1:]:
-        _check_encoded_size(len(payload), policy, "the data URI")
-        data = _b64decode(payload)
-        if data is None:
-            raise ImageLoadError("the data URI's base64 payload is invalid", reason="decode-failed")
-        return data
-    if len(payload) // 3 > policy.max_bytes:  # "%XY" is the densest percent-encoding gets
-        raise ImageLoadError("the data URI is over the byte limit", reason="too-large")
-    return unquote_to_bytes(payload)
-
-
-def _bare_base64_image(text: str, policy: ImagePolicy) -> bytes | None:
-    """``text`` decoded, if it is base64 of something that starts like an image; else ``None``."""
-    compact = "".join(text.split())
-    if len(compact) < _MIN_BARE_BASE64 or not _BASE64.fullmatch(compact):
-        return None
-    # Decode only a prefix first: a long path-like string must not cost a full decode.
-    head = _b64decode(compact[:64])
-    if head is None or sniff_format(head) is None:
-        return None
-    _check_encoded_size(len(compact), policy, "the base64 string")
-    data = _b64decode(compact)
-    if data is None:
-        raise ImageLoadError(
-            "the base64 image data is invalid past its start", reason="decode-failed"
-        )
-    return data
