@@ -13,10 +13,9 @@ import base64
 import io
 import math
 import struct
-import threading
 import wave
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.multimodal import ImagePolicy
 from llamacpp_integrations.server import create_app
+from tests.loopback_http import LoopbackServer, serving
 
 QUESTION = "What is said in this recording?"
 
@@ -51,15 +51,10 @@ LOCAL_HTTP_FIELDS: dict[str, Any] = {"allow_remote": True, "allow_private_networ
 LOCAL_HTTP = ImagePolicy(**LOCAL_HTTP_FIELDS)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    hits: list[str]
-
-
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         server = self.server
-        assert isinstance(server, _Server)
+        assert isinstance(server, LoopbackServer)
         server.hits.append(self.path)
         self.send_response(200)
         self.send_header("Content-Type", "audio/wav")
@@ -72,19 +67,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[_Server]:
-    httpd = _Server(("127.0.0.1", 0), _Handler)
-    httpd.hits = []
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def url(server: _Server) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}/clip.wav"
+def server() -> Iterator[LoopbackServer]:
+    with serving(_Handler) as httpd:
+        yield httpd
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +98,7 @@ def reference(chat: ChatLlamaCpp) -> str:
     return chat.invoke([HumanMessage(content=[block, {"type": "text", "text": QUESTION}])]).text
 
 
-def test_langchain_audio_blocks(chat: ChatLlamaCpp, reference: str, server: _Server) -> None:
+def test_langchain_audio_blocks(chat: ChatLlamaCpp, reference: str, server: LoopbackServer) -> None:
     assert chat.profile is not None and chat.profile.get("audio_inputs") is True
     forms: dict[str, dict[str, Any]] = {
         "v0 base64": {
@@ -129,7 +114,7 @@ def test_langchain_audio_blocks(chat: ChatLlamaCpp, reference: str, server: _Ser
         answer = chat.invoke([HumanMessage(content=[block, {"type": "text", "text": QUESTION}])])
         assert answer.text == reference, name
         assert answer.usage_metadata is not None and answer.usage_metadata["input_tokens"] > 25
-    by_url = [HumanMessage(content=[{"type": "audio", "url": url(server)}, QUESTION])]
+    by_url = [HumanMessage(content=[{"type": "audio", "url": server.url("/clip.wav")}, QUESTION])]
     server.hits.clear()
     with pytest.raises(AudioLoadError) as refused:
         chat.invoke(by_url)
@@ -140,19 +125,20 @@ def test_langchain_audio_blocks(chat: ChatLlamaCpp, reference: str, server: _Ser
 
 
 def test_langchain_text_model_refuses_audio_before_any_fetch(
-    smollm_path: Path, server: _Server
+    smollm_path: Path, server: LoopbackServer
 ) -> None:
     text_only = ChatLlamaCpp(model=str(smollm_path), temperature=0, max_tokens=4)
     assert text_only.profile is not None and text_only.profile.get("audio_inputs") is False
     permissive = text_only.model_copy(update={"image_policy": LOCAL_HTTP})
     server.hits.clear()
     with pytest.raises(AudioInputNotSupportedError):
-        permissive.invoke([HumanMessage(content=[{"type": "audio", "url": url(server)}, "?"])])
+        clip = {"type": "audio", "url": server.url("/clip.wav")}
+        permissive.invoke([HumanMessage(content=[clip, "?"])])
     assert server.hits == []
 
 
 def test_llama_index_audio_blocks(
-    engine: Engine, reference: str, tmp_path: Path, server: _Server
+    engine: Engine, reference: str, tmp_path: Path, server: LoopbackServer
 ) -> None:
     llm = LlamaCpp(engine=engine, temperature=0, max_tokens=6)
     assert llm.metadata.audio_inputs is True
@@ -164,7 +150,7 @@ def test_llama_index_audio_blocks(
     blocks = {
         "bytes": AudioBlock(audio=WAV, format="wav"),
         "path": AudioBlock(path=clip),
-        "url": AudioBlock(url=url(server)),
+        "url": AudioBlock(url=server.url("/clip.wav")),
     }
     for name, block in blocks.items():
         answer = allowed.chat([ChatMessage(role="user", blocks=[block, TextBlock(text=QUESTION)])])

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from llamacpp_integrations.errors import ImageInputNotSupportedError, ImageLoadE
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.multimodal import ImagePolicy
+from tests.loopback_http import LoopbackServer, serving
 
 QUESTION = "Describe this picture."
 # A KV stream per sequence: these tests compare answers (one image in every form gets one
@@ -45,15 +45,10 @@ B64 = base64.b64encode(PNG).decode()
 DATA_URI = f"data:image/png;base64,{B64}"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    hits: list[str]
-
-
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         server = self.server
-        assert isinstance(server, _Server)
+        assert isinstance(server, LoopbackServer)
         server.hits.append(self.path)
         if self.path == "/picture.png":
             self.send_response(200)
@@ -74,19 +69,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[_Server]:
-    httpd = _Server(("127.0.0.1", 0), _Handler)
-    httpd.hits = []
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def url(server: _Server, path: str) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}{path}"
+def server() -> Iterator[LoopbackServer]:
+    with serving(_Handler) as httpd:
+        yield httpd
 
 
 LOCAL_HTTP = ImagePolicy(allow_remote=True, allow_private_networks=True)
@@ -159,8 +144,8 @@ def test_langchain_image_in_a_tool_result(chat: ChatLlamaCpp) -> None:
     assert answer.usage_metadata["input_tokens"] > without.usage_metadata["input_tokens"]
 
 
-def test_langchain_urls_follow_the_policy(chat: ChatLlamaCpp, server: _Server) -> None:
-    picture = {"type": "image", "url": url(server, "/picture.png")}
+def test_langchain_urls_follow_the_policy(chat: ChatLlamaCpp, server: LoopbackServer) -> None:
+    picture = {"type": "image", "url": server.url("/picture.png")}
     server.hits.clear()
     with pytest.raises(ImageLoadError) as refused:
         chat.invoke(_lc_message(picture))
@@ -173,7 +158,7 @@ def test_langchain_urls_follow_the_policy(chat: ChatLlamaCpp, server: _Server) -
 
     # Explicitly allowed local server redirecting to the cloud metadata address: refused.
     with pytest.raises(ImageLoadError) as metadata:
-        allowed.invoke(_lc_message({"type": "image", "url": url(server, "/to-metadata")}))
+        allowed.invoke(_lc_message({"type": "image", "url": server.url("/to-metadata")}))
     assert metadata.value.reason == "private-address"
     # file: URLs are refused whatever the policy.
     with pytest.raises(ImageLoadError) as scheme:
@@ -198,13 +183,15 @@ def test_langchain_local_paths_only_under_allowed_dirs(chat: ChatLlamaCpp, tmp_p
     )
 
 
-def test_langchain_without_projector_fetches_nothing(smollm_path: Path, server: _Server) -> None:
+def test_langchain_without_projector_fetches_nothing(
+    smollm_path: Path, server: LoopbackServer
+) -> None:
     text_only = ChatLlamaCpp(model=str(smollm_path), temperature=0, max_tokens=4)
     assert text_only.profile is not None and text_only.profile.get("image_inputs") is False
     permissive = text_only.model_copy(update={"image_policy": LOCAL_HTTP})
     server.hits.clear()
     with pytest.raises(ImageInputNotSupportedError):
-        permissive.invoke(_lc_message({"type": "image", "url": url(server, "/picture.png")}))
+        permissive.invoke(_lc_message({"type": "image", "url": server.url("/picture.png")}))
     assert server.hits == []
 
 
@@ -223,7 +210,7 @@ def _li_message(block: ImageBlock) -> list[ChatMessage]:
 
 
 def test_llama_index_image_blocks_reach_the_model_alike(
-    llm: LlamaCpp, tmp_path: Path, server: _Server
+    llm: LlamaCpp, tmp_path: Path, server: LoopbackServer
 ) -> None:
     picture = tmp_path / "picture.png"
     picture.write_bytes(PNG)
@@ -234,7 +221,7 @@ def test_llama_index_image_blocks_reach_the_model_alike(
         "base64 bytes": ImageBlock(image=B64.encode(), image_mimetype="image/png"),
         "data URL": ImageBlock(url=DATA_URI),
         "path": ImageBlock(path=picture),
-        "http URL": ImageBlock(url=url(server, "/picture.png")),
+        "http URL": ImageBlock(url=server.url("/picture.png")),
     }
     answers = {name: allowed.chat(_li_message(block)) for name, block in blocks.items()}
     assert len({a.message.content for a in answers.values()}) == 1, answers
@@ -254,7 +241,7 @@ async def test_llama_index_async_and_stream_with_images(llm: LlamaCpp) -> None:
 
 
 def test_llama_index_policy_and_missing_projector(
-    llm: LlamaCpp, smollm_path: Path, tmp_path: Path, server: _Server
+    llm: LlamaCpp, smollm_path: Path, tmp_path: Path, server: LoopbackServer
 ) -> None:
     picture = tmp_path / "picture.png"
     picture.write_bytes(PNG)
@@ -263,7 +250,7 @@ def test_llama_index_policy_and_missing_projector(
     assert refused.value.reason == "path-not-allowed"
     server.hits.clear()
     with pytest.raises(ImageLoadError) as remote:
-        llm.chat(_li_message(ImageBlock(url=url(server, "/picture.png"))))
+        llm.chat(_li_message(ImageBlock(url=server.url("/picture.png"))))
     assert remote.value.reason == "remote-disabled" and server.hits == []
     text_only = LlamaCpp(model=str(smollm_path), temperature=0, max_tokens=4)
     with pytest.raises(ImageInputNotSupportedError):

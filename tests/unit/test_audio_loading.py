@@ -11,10 +11,9 @@ import base64
 import io
 import math
 import struct
-import threading
 import wave
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from llamacpp_integrations.multimodal import (
     load_audio,
 )
 from llamacpp_integrations.multimodal.audio_headers import read_header, sniff_audio
+from tests.loopback_http import LoopbackServer, serving
 
 
 def wav(seconds: float = 0.5, rate: int = 8000, channels: int = 1) -> bytes:
@@ -164,14 +164,10 @@ def test_paths_only_under_allowed_directories(tmp_path: Path) -> None:
     assert _reason(outside, ImagePolicy(allowed_dirs=(tmp_path,))) == "path-not-allowed"
 
 
-class _Server(ThreadingHTTPServer):
-    hits: list[str]
-
-
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         server = self.server
-        assert isinstance(server, _Server)
+        assert isinstance(server, LoopbackServer)
         server.hits.append(self.path)
         body = WAV if self.path == "/a.wav" else b"<html></html>"
         self.send_response(200)
@@ -185,18 +181,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[_Server]:
-    httpd = _Server(("127.0.0.1", 0), _Handler)
-    httpd.hits = []
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    yield httpd
-    httpd.shutdown()
+def server() -> Iterator[LoopbackServer]:
+    with serving(_Handler) as httpd:
+        yield httpd
 
 
-def test_urls_follow_the_image_policy(server: _Server) -> None:
-    url = f"http://127.0.0.1:{server.server_address[1]}/a.wav"
+def test_urls_follow_the_image_policy(server: LoopbackServer) -> None:
+    url = server.url("/a.wav")
     server.hits.clear()
     assert _reason(url) == "remote-disabled"
     assert _reason(url, ImagePolicy(allow_remote=True)) == "private-address"
