@@ -51,6 +51,7 @@ from llamacpp_integrations.engine import SamplingParams as Sampling
 from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.models import resolve_model_path
+from llamacpp_integrations.models.gguf import read_gguf_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.live.llama_servers import LlamaServerProcess, free_port
@@ -209,10 +210,9 @@ GEMMA_TURNS = (
 )
 
 
-def _chat_template(model: str, threads: int) -> str | None:
+def _chat_template(model: str) -> str | None:
     """None where the GGUF carries a template; else the turn format both sides are given."""
-    with Engine(EngineConfig(model=model, n_threads=threads, n_ctx_per_seq=256)) as probe:
-        return None if probe.info.chat_template is not None else GEMMA_TURNS
+    return None if read_gguf_info(model).chat_template is not None else GEMMA_TURNS
 
 
 def median(values: list[float]) -> float:
@@ -222,7 +222,7 @@ def median(values: list[float]) -> float:
 def measure_model(args: argparse.Namespace, name: str) -> dict[str, Any]:
     model = str(resolve_model_path(name))
     extra = ["-fa", "off", *(["--no-repack"] if cpu_advertises_amx() else [])]
-    template = _chat_template(model, args.threads)
+    template = _chat_template(model)
     if template is not None:
         template_file = Path(tempfile.mkdtemp()) / "chat_template.jinja"
         template_file.write_text(template)
