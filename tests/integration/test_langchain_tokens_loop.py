@@ -48,10 +48,14 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> Loads:
 
 
 @pytest.fixture
-def llm(smollm_path: Path) -> Iterator[ChatLlamaCpp]:
-    # Settings of its own: an engine no other test shares, loaded by this test alone
+def llm(smollm_path: Path, tmp_path: Path) -> Iterator[ChatLlamaCpp]:
+    # A path of its own: vocabularies are kept per path while anything holds one, and an
+    # earlier test on this worker may still hold the model's (a cycle not yet collected); the
+    # reads this test records must be its own
+    model = tmp_path / "own-smollm.gguf"
+    model.symlink_to(smollm_path)
     chat = ChatLlamaCpp(
-        model=str(smollm_path), temperature=0.0, max_tokens=4, n_ctx_per_seq=640, n_seq_max=1
+        model=str(model), temperature=0.0, max_tokens=4, n_ctx_per_seq=640, n_seq_max=1
     )
     yield chat
     engine = chat.binding.loaded()
