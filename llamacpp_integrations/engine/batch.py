@@ -11,20 +11,21 @@ positions, and finer ones inside the first block), or where an image starts, or 
 kept prefix (from the slot's cache, another slot, or the disk) ends on such an edge, so the cells
 it holds are exactly those evaluating it again would make.
 
-The first block is cut finer because that is where the prefix every chat shares lies: a chat
-template's preamble and a short system prompt (SmolLM2's is 24 tokens). With edges only every 64
-positions, a new question would read all of it again; with an edge every 8 it keeps all but a
-few tokens. The price is a few more decodes while a prompt's first block is read cold (each
-decode reads every weight once: about 7 ms on the tiny model on 2 cores), against reading up to
-63 tokens again (about 3 ms each).
+The first block is cut finer, an edge every eighth of it, because that is where the prefix
+every chat shares lies: a chat template's preamble and a short system prompt. With edges only
+every 64 positions, a new question would read all of it again; with an edge every 8 it keeps
+all but a few tokens.
 
 A chat turn's end is an edge too: the position right after a turn-end token (``marks``, the
-model's end-of-turn tokens). Chats over one long system prompt share it up to that token, and
-with edges only every 64 positions each new question would read again the system prompt's tail
-after its last block edge (up to 63 tokens, every chat). Where edges fall is still a function
-of the tokens before them alone (a position, or the token just before it), so two prompts that
-share a prefix are cut the same way inside it, and a prefix kept up to a turn's end holds the
-cells reading the prompt alone would make.
+model's end-of-turn tokens). Chats over one system prompt share it up to that token, and with
+edges only every 64 positions each new question would read again the system prompt's tail
+after its last block edge (up to 63 tokens, every chat). Once a turn has ended, the finer edges
+stop: the shared preamble is behind that edge, and each decode reads every weight once (about
+7 ms on the tiny model on 2 cores), so a short question cut in eighths waited three or four
+decodes more for its first token than one read to its turn's end. Where edges fall is still a
+function of the tokens before them alone (a position, whether a turn ended before it, or the
+token just before it), so two prompts that share a prefix are cut the same way inside it, and
+a prefix kept up to an edge holds the cells reading the prompt alone would make.
 """
 
 from __future__ import annotations
@@ -82,9 +83,9 @@ class PrefillLayout:
     one prefix can share its cells at block edges), but a prompt keeps every cached token it
     shares: in a unified KV cache, where the cells lie changes an answer's rounding anyway.
     ``lead_step`` (a divisor of ``block``; ``0``: none) adds an edge every ``lead_step``
-    positions inside the first block. ``marks`` (token ids: the model's end-of-turn tokens)
-    add an edge right after each of them; the methods that place edges then take the tokens
-    (``tokens``: at least those before the positions asked about).
+    positions inside the first block, up to the first of ``marks``. ``marks`` (token ids: the
+    model's end-of-turn tokens) add an edge right after each of them; the methods that place
+    edges then take the tokens (``tokens``: at least those before the positions asked about).
     """
 
     block: int
@@ -101,8 +102,8 @@ class PrefillLayout:
         cls, block: int, *, exact_keeps: bool = True, marks: frozenset[int] = frozenset()
     ) -> PrefillLayout:
         """A layout of ``block`` whose first block has an edge every ``block // LEAD_PARTS``
-        positions (none when that does not divide the block evenly), and one after each of
-        ``marks``."""
+        positions up to the first of ``marks`` (none when that does not divide the block
+        evenly), and one after each of ``marks``."""
         step = block // LEAD_PARTS if block >= LEAD_PARTS and block % LEAD_PARTS == 0 else 0
         return cls(block, exact_keeps=exact_keeps, lead_step=step, marks=marks)
 
@@ -113,7 +114,7 @@ class PrefillLayout:
     def edge_at_or_below(self, n: int, tokens: Sequence[int] = ()) -> int:
         """The last chunk edge at or before position ``n`` (``0`` when there is none)."""
         if self.lead_step and n < self.block:
-            edge = n // self.lead_step * self.lead_step
+            edge = min(n, self._lead_end(tokens, n)) // self.lead_step * self.lead_step
         else:
             edge = n // self.block * self.block
         if self.marks:
@@ -125,7 +126,7 @@ class PrefillLayout:
 
     def next_edge(self, start: int, tokens: Sequence[int] = ()) -> int:
         """The first chunk edge after position ``start``."""
-        if self.lead_step and start < self.block:
+        if self.lead_step and start < self.block and self._lead_end(tokens, start) == start:
             edge = (start // self.lead_step + 1) * self.lead_step
         else:
             edge = (start // self.block + 1) * self.block
@@ -134,6 +135,15 @@ class PrefillLayout:
                 if tokens[i] in self.marks:
                     return i + 1
         return edge
+
+    def _lead_end(self, tokens: Sequence[int], n: int) -> int:
+        """Where lead edges stop among the first ``n`` positions: at the first turn end's
+        token (a lead edge after it would only add decodes), else ``n``."""
+        if self.marks:
+            for i in range(min(n, len(tokens))):
+                if tokens[i] in self.marks:
+                    return i
+        return n
 
     def chunk_end(
         self,

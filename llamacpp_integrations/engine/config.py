@@ -107,11 +107,11 @@ class EngineConfig:
             ``kv_memory_budget``; ``0`` takes the training context whatever it costs; a number
             is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
-        prefill_block: Prompts are read in chunks that end at multiples of this many positions
-            (and every eighth of it inside the first block, where a chat template's preamble
-            lies), and their last token alone, so that cells a prompt keeps from the cache (or
-            from a request reading the same prefix) are exactly those reading it again would
-            make.
+        prefill_block: Prompts are read in chunks that end at multiples of this many positions,
+            right after each end-of-turn token (and every eighth of a block inside the first
+            one until a turn has ended, where a chat template's preamble lies), and their last
+            token alone, so that cells a prompt keeps from the cache (or from a request reading
+            the same prefix) are exactly those reading it again would make.
             With a KV stream per sequence (the default) a prompt keeps cached cells only up to
             such an edge, so a repeated or extended prompt gets the same greedy answer with or
             without the cache, and while the engine idles finished answers are read again in

@@ -99,7 +99,7 @@ def test_caching_never_changes_a_greedy_answer(smollm_path: Path) -> None:
     differ = [i for i, (a, b, c) in enumerate(zip(first, again, cold, strict=True))
               if not a.token_ids == b.token_ids == c.token_ids]  # fmt: skip
     assert differ == [], [(first[i].text, again[i].text, cold[i].text) for i in differ]
-    layout = PrefillLayout.with_lead_edges(config.prefill_block_size)
+    layout = PrefillLayout(config.prefill_block_size)  # the block grid: edges every layout has
     for repeat, fresh in zip(again, cold, strict=True):
         assert fresh.usage.cached_prompt_tokens == 0
         # Every cell but the last token's; or, when the idle engine realigned the answer in

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from llamacpp_integrations.engine.batch import PrefillLayout
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
 from llamacpp_integrations.engine.worker.sequences import SeqState
@@ -39,9 +42,40 @@ def test_a_chunk_ends_right_after_a_turn_end() -> None:
     assert TURNS.edge_at_or_below(101, prompt) == 101
     assert TURNS.edge_at_or_below(100, prompt) == 64
     assert TURNS.edge_at_or_below(105) == 64  # without the tokens: the grid's edges only
-    # A turn's end in the first block, between lead edges, is an edge too.
+    # A turn's end in the first block is an edge too, and the lead edges stop there.
     short = [5, 6, 7, END, 8, 9, 10, 11, 12, 13]
-    assert _chunks(TURNS, short)[:2] == [(0, 4), (4, 8)]
+    assert _chunks(TURNS, short) == [(0, 4), (4, 9), (9, 10)]
+    assert _chunks(GRID, short) == [(0, 8), (8, 9), (9, 10)]
+
+
+def test_a_short_chat_is_read_in_the_decodes_its_turns_need() -> None:
+    # A 20-token preamble, a 15-token question and the assistant's header: lead edges inside
+    # the preamble (what another question keeps), then one chunk to each turn's end.
+    preamble, question = [*range(10, 29), END], [*range(40, 54), END]
+    prompt = [*preamble, *question, 7, 8, 9, 6]
+    assert _chunks(TURNS, prompt) == [(0, 8), (8, 16), (16, 20), (20, 35), (35, 38), (38, 39)]
+    # Another question keeps the preamble, and reads its own in three decodes.
+    other = [*preamble, *range(60, 70), END, 7, 8, 9, 6]
+    kept = TURNS.kept(21, len(other), {}, exact=38, cached_prompt=39, tokens=other)
+    assert kept == 20
+    assert [c for c in _chunks(TURNS, other) if c[0] >= kept] == [(20, 31), (31, 34), (34, 35)]
+
+
+@given(st.lists(st.sampled_from([END, 3, 4, 5]), max_size=150))
+def test_the_edges_below_a_position_are_those_reading_the_prompt_makes(
+    prompt: list[int],
+) -> None:
+    # What a cached prompt may keep (edge_at_or_below) and where reading it cuts (next_edge)
+    # agree, whatever the turn ends: an edge depends on the tokens before it alone.
+    for layout in (TURNS, GRID):
+        edges, start = {0}, 0
+        while start < len(prompt):
+            start = min(layout.next_edge(start, prompt), len(prompt))
+            edges.add(start)
+        for n in range(len(prompt) + 1):
+            below = layout.edge_at_or_below(n, prompt)
+            assert below == max(e for e in edges if e <= n) or n == len(prompt)
+            assert layout.edge_at_or_below(n, prompt[:n]) == below
 
 
 def test_prompts_sharing_a_turn_are_cut_alike_up_to_its_end() -> None:

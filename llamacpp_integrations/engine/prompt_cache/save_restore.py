@@ -37,7 +37,7 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "lora": [(a.path, a.scale) for a in config.lora_adapters],
         "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
         # Where a prompt's chunks end decides which saved cells are exactly a cold read's.
-        "prefill": [config.prefill_block_size, LEAD_PARTS, "turn ends"],
+        "prefill": [config.prefill_block_size, LEAD_PARTS, "turn ends, else lead edges"],
         "mmproj": _file_identity(config.mmproj),
     }
     return repr(sorted(parts.items()))
