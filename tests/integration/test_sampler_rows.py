@@ -1,5 +1,5 @@
-"""The greedy shortcut of ``SamplerChain`` on made-up logits rows (no decode), and the no-op
-decode seam of the overhead benchmark.
+"""The greedy shortcut of ``SamplerChain`` on made-up logits rows (no decode), a step's greedy
+rows picked at once on real ones, and the no-op decode seam of the overhead benchmark.
 
 Greedy with nothing that changes the logits builds no llama.cpp chain and keeps the first of
 equal maxima, as llama.cpp's greedy sampler does; the row is read in place, never copied.
@@ -22,7 +22,9 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     SamplingParams,
 )
+from llamacpp_integrations.engine.batch import BatchEntry
 from llamacpp_integrations.engine.native.fixed_logits import FixedLogitsContext, fixed_logits
+from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
 from llamacpp_integrations.engine.native.sampler import SamplerChain
 from llamacpp_integrations.engine.worker import cells
 
@@ -99,3 +101,35 @@ def test_the_no_op_decode_seam_runs_the_whole_engine(
         answers = [handle.result() for handle in handles]
         expected = int(np.argmax(fixed_logits(engine.info.n_vocab)))
     assert all(answer.token_ids == (expected,) * 12 for answer in answers)
+
+
+def test_a_steps_greedy_rows_picked_at_once_are_each_rows_argmax(smollm_path: Path) -> None:
+    """``argmax_rows`` (one numpy pass over llama.cpp's logits table) against each row read on
+    its own, on a batch like a busy step's: a prompt chunk without logits, a prompt's last
+    chunk, decoding rows, and a speculating row that keeps every token's logits."""
+    model = LoadedModel(smollm_path)
+    context = GenerationContext(
+        model,
+        n_cells=4 * 256,
+        n_seq_max=4,
+        n_batch=64,
+        n_threads=2,
+        flash_attention=None,
+        kv_unified=False,
+    )
+    try:
+        entries = [
+            BatchEntry(0, [1, 2, 3, 4, 5, 6], 0, logits_last=False),
+            BatchEntry(1, [7, 8, 9, 10], 0, logits_last=True),
+            BatchEntry(2, [11], 0, logits_last=True),
+            BatchEntry(3, [12, 13, 14], 0, logits_last=True, logits_all=True),
+        ]
+        assert context.decode(entries) == 0
+        rows = [1 * 6 + 3, 10, 11, 12, 13]  # what keeps logits, in the batch's order
+        each = [int(np.argmax(context.logits_view(row))) for row in rows]
+        assert context.argmax_rows(rows) == each
+        assert context.argmax_rows([rows[3], rows[1]]) == [each[3], each[1]]  # some, any order
+        assert entries[1].logits_index == 9 and entries[2].logits_index == 10
+    finally:
+        context.close()
+        model.close()

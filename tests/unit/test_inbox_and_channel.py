@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
-from llamacpp_integrations.engine.channel import EventChannel
+from llamacpp_integrations.engine.channel import EventChannel, Outbox
 from llamacpp_integrations.engine.embedding.job import EmbedJob
 from llamacpp_integrations.engine.results import StreamChunk, Usage
 from llamacpp_integrations.engine.worker.inbox import Inbox
@@ -155,3 +156,38 @@ def test_merged_chunks_end_with_the_request_and_an_error_comes_after_its_tokens(
     assert isinstance(ended, StreamChunk) and ended.text == "ab" and ended.usage == usage
     assert ended.finish_reason == "length" and ended.token_ids == (0, 1)
     assert isinstance(before, StreamChunk) and before.text == "c" and error is failure
+
+
+def test_an_outbox_hands_a_steps_chunks_to_each_loop_at_once_and_in_order() -> None:
+    loop = asyncio.new_event_loop()
+    handed: list[int] = []
+    schedule = loop.call_soon_threadsafe
+
+    def counted(*args: Any) -> Any:
+        handed.append(1)
+        return schedule(*args)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        first, second = EventChannel(loop), EventChannel(loop)
+        by_thread = EventChannel()
+        outbox = Outbox()
+        for i in range(3):
+            outbox.put(first, _chunk(f"a{i}", i))
+            outbox.put(second, _chunk(f"b{i}", i))
+        outbox.put(by_thread, _chunk("t", 0))
+        assert by_thread.get(lambda: True) == _chunk("t", 0)  # a thread's channel: at once
+        assert first._async is not None and first._async.empty()  # the loop's: at the flush
+        assert outbox.flush() == [] and len(handed) == 1  # one hand-over for six chunks
+
+        async def read(channel: EventChannel) -> str:
+            event = await channel.aget(lambda: True)
+            assert isinstance(event, StreamChunk)
+            return event.text
+
+        assert loop.run_until_complete(read(first)) == "a0a1a2"
+        assert loop.run_until_complete(read(second)) == "b0b1b2"
+    finally:
+        loop.close()
+    outbox.put(first, _chunk("late", 3))
+    assert outbox.flush() == [first]  # its loop is gone: the request is to be cancelled

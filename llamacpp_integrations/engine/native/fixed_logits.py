@@ -14,6 +14,7 @@ filled, so the benchmark sends greedy requests only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,9 @@ class FixedLogitsContext(GenerationContext):
 
     def logits_view(self, index: int) -> npt.NDArray[np.float32]:
         return self._row
+
+    def argmax_rows(self, indices: Sequence[int]) -> list[int]:
+        return [int(self._row.argmax())] * len(indices)
 
 
 def fixed_logits(n_vocab: int, seed: int = 0) -> npt.NDArray[np.float32]:

@@ -343,6 +343,7 @@ class GenerationContext(NativeContext):
         self._fields = (batch.token, batch.pos, batch.n_seq_id, batch.logits)
         self._seq_ids = [batch.seq_id[i] for i in range(n_batch)]
         self._views: dict[int, npt.NDArray[np.float32]] = {}  # logits rows by address
+        self._outputs: list[int] = []  # the last decode's batch indices that have logits
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -361,6 +362,7 @@ class GenerationContext(NativeContext):
             raise EngineError(f"internal: batch of {total} tokens exceeds n_batch={self.n_batch}")
         token, pos, n_seq_id, logits = self._fields
         seq_ids = self._seq_ids
+        outputs = self._outputs = []
         n = 0
         for entry in entries:
             tokens = entry.tokens
@@ -373,8 +375,11 @@ class GenerationContext(NativeContext):
                 seq_ids[n][0] = seq_id
                 logits[n] = every
                 n += 1
-            if entry.logits_last and tokens:
+            if every:
+                outputs.extend(range(entry.first_index, n))
+            elif entry.logits_last and tokens:
                 logits[n - 1] = True
+                outputs.append(n - 1)
             entry.logits_index = n - 1 if entry.logits_last else -1
         if n == 0:
             return DecodeStatus.OK
@@ -396,6 +401,24 @@ class GenerationContext(NativeContext):
         if view is None:
             view = self._views[address] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         return view
+
+    def argmax_rows(self, indices: Sequence[int]) -> list[int]:
+        """The first largest logit of each row ``indices`` of the last decode, in one pass.
+
+        One numpy call for the step's greedy rows instead of one per row: numpy lets go of the
+        GIL for each call, and a worker that lets go of it waits to get it back from the event
+        loop's thread (see ``channel.Outbox``). llama.cpp keeps the rows of the tokens that
+        asked for logits together, in the batch's order (``llama_get_logits``).
+        """
+        outputs = self._outputs
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        if not ptr:
+            raise EngineError("internal: the last decode kept no logits")
+        table = np.ctypeslib.as_array(ptr, shape=(len(outputs), self._n_vocab))
+        if list(indices) == outputs:  # every row: the usual step, no copy
+            return [int(token) for token in table.argmax(axis=1)]
+        row_of = {index: row for row, index in enumerate(outputs)}
+        return [int(token) for token in table[[row_of[i] for i in indices]].argmax(axis=1)]
 
     def remove(self, seq_id: int, start: int = 0) -> bool:
         """Drop the sequence's cells from position ``start`` on; False if that part can't go."""

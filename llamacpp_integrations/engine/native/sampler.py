@@ -116,13 +116,24 @@ class SamplerChain:
         seed = llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed
         self._add(llama_cpp.llama_sampler_init_dist(seed))
 
-    def sample(self, context: GenerationContext, logits_index: int) -> int:
-        """Pick (and accept) the next token from row ``logits_index`` of the last decode."""
+    @property
+    def reads_argmax(self) -> bool:
+        """Whether the first pick is the row's argmax (greedy, nothing changing the logits):
+        what ``sample`` can be given, worked out for a whole step at once."""
+        return self._argmax
+
+    def sample(
+        self, context: GenerationContext, logits_index: int, argmax: int | None = None
+    ) -> int:
+        """Pick (and accept) the next token from row ``logits_index`` of the last decode;
+        ``argmax``: that row's first largest logit, when already known."""
         if self._argmax:
-            logits = context.logits_view(logits_index)
-            token = int(logits.argmax())
             if self._grammar is None:
-                return token
+                if argmax is not None:
+                    return argmax
+                return int(context.logits_view(logits_index).argmax())
+            logits = context.logits_view(logits_index)
+            token = int(logits.argmax()) if argmax is None else argmax
         elif self._grammar is None:
             return int(llama_cpp.llama_sampler_sample(self._chain, context.handle, logits_index))
         else:

@@ -16,6 +16,7 @@ from functools import cached_property
 
 from ...errors import EngineError
 from ..batch import BatchEntry
+from ..channel import EventChannel, Outbox
 from ..native.runner import GenerationContext, LoadedModel
 from ..results import FinishReason
 from ..speculation.step import DraftAsk, SpeculationStep
@@ -57,6 +58,7 @@ class Sampling:
         self.scheduler = scheduler
         self.speculation = speculation
         self.n_ctx_per_seq = n_ctx_per_seq
+        self.outbox = Outbox()  # the step's chunks, handed to their callers at its end
         # What llama.cpp says of a token never changes: asked once per token (two ctypes calls
         # a token otherwise), kept for the engine's life (at most the vocabulary).
         self._eog: dict[int, bool] = {}
@@ -90,21 +92,28 @@ class Sampling:
     ) -> list[Ending]:
         """Sample every sequence of a decoded group that produced logits and take its tokens;
         the requests that ended."""
-        endings = []
-        for seq, entry in pairs:
-            if entry.logits_all:
-                ending = self._verify(context, actives[seq.request_id], entry, now)
-            elif entry.logits_last:
-                active = actives[seq.request_id]
-                token = active.next_forced()  # a reasoning budget that ran out
-                if token is None:
-                    token = active.sampler.sample(context, entry.logits_index)
-                ending = self._take(context, active, token, now, entry.logits_index)
-            else:
-                continue  # a prompt chunk before its last token
-            if ending is not None:
-                endings.append(ending)
-        return endings
+        endings: list[Ending] = []
+        greedy = _greedy_rows(context, pairs, actives)
+        try:
+            for seq, entry in pairs:
+                if entry.logits_all:
+                    ending = self._verify(context, actives[seq.request_id], entry, now)
+                elif entry.logits_last:
+                    active = actives[seq.request_id]
+                    token = active.next_forced()  # a reasoning budget that ran out
+                    if token is None:
+                        index = entry.logits_index
+                        token = active.sampler.sample(context, index, greedy.get(index))
+                    ending = self._take(context, active, token, now, entry.logits_index)
+                else:
+                    continue  # a prompt chunk before its last token
+                if ending is not None:
+                    endings.append(ending)
+        finally:
+            # Before the core finishes the requests that ended (or fails the step), so every
+            # chunk reaches its caller ahead of its request's end
+            gone = self.outbox.flush()
+        return endings + _cancelled(actives, endings, gone)
 
     def _take(
         self,
@@ -139,8 +148,8 @@ class Sampling:
         ended = active.take(token, piece, logprob)
         if ended is not None:
             return Ending(active, ended)
-        if send and not _send(active):
-            return Ending(active, "cancelled")
+        if send:
+            self._send(active)
         return None
 
     def _verify(
@@ -171,7 +180,8 @@ class Sampling:
             if not context.remove(seq.slot.seq_id, n_keep):
                 return Ending(active, "error", EngineError("could not drop rejected draft cells"))
             self.scheduler.rollback(seq, n_keep)
-        return None if _send(active) else Ending(active, "cancelled")
+        self._send(active)
+        return None
 
     def _is_eog(self, token: int) -> bool:
         eog = self._eog.get(token)
@@ -179,13 +189,46 @@ class Sampling:
             eog = self._eog[token] = self.model.is_eog(token)
         return eog
 
+    def _send(self, active: ActiveRequest) -> None:
+        """Send what became certain (at the step's hand-over)."""
+        chunk = active.pending_chunk()
+        if chunk is not None:
+            self.outbox.put(active.prepared.channel, chunk)
+
     @cached_property
     def _logprobs(self) -> LogprobComputer:
         """Made when a request first asks for log-probabilities."""
         return LogprobComputer(self.model)
 
 
-def _send(active: ActiveRequest) -> bool:
-    """Send what became certain; False when the caller went away."""
-    chunk = active.pending_chunk()
-    return chunk is None or active.prepared.channel.put(chunk)
+def _cancelled(
+    actives: Mapping[str, ActiveRequest], endings: Sequence[Ending], gone: list[EventChannel]
+) -> list[Ending]:
+    """The requests whose caller's event loop is gone (their chunks could not be handed over),
+    but for those that ended anyway."""
+    if not gone:
+        return []
+    ended = {ending.active.prepared.request_id for ending in endings}
+    return [
+        Ending(active, "cancelled")
+        for active in actives.values()
+        if active.prepared.channel in gone and active.prepared.request_id not in ended
+    ]
+
+
+def _greedy_rows(
+    context: GenerationContext,
+    pairs: Sequence[tuple[SeqState, BatchEntry]],
+    actives: Mapping[str, ActiveRequest],
+) -> dict[int, int]:
+    """The argmax of every row whose sampler starts from it, by row, worked out at once."""
+    rows = [
+        entry.logits_index
+        for seq, entry in pairs
+        if entry.logits_last
+        and not entry.logits_all
+        and actives[seq.request_id].sampler.reads_argmax
+    ]
+    if not rows:
+        return {}
+    return dict(zip(rows, context.argmax_rows(rows), strict=True))
