@@ -11,12 +11,12 @@ as ``wrapper_us``):
 llama_decode          the kernels (``llama_cpp.llama_decode``)
 batch building        filling llama.cpp's batch (``GenerationContext.decode`` around the kernels)
 logits read           ``GenerationContext.logits_view``
-sampling              ``SamplerChain.sample`` (llama.cpp's chain, or the greedy argmax)
+sampling              ``SamplerChain.sample`` (llama.cpp's chain), ``argmax_rows`` (greedy picks)
 grammar               checking the pick against the grammar, and filtering when it is refused
 detokenizing          ``LoadedModel.token_to_piece`` (the engine keeps each token's piece)
 text, stop strings    ``OutputProcessor.feed`` (UTF-8 and stop strings)
 request bookkeeping   taking the token into the request, building the chunk
-channel               ``EventChannel.put`` (the hand-over to the caller's event loop)
+channel               ``Outbox`` and ``EventChannel.put`` (the hand-over to the caller)
 scheduling            ``Scheduler.plan`` and ``decoded``, drafts
 stats                 ``EngineCore.publish``
 rest of the step      ``EngineCore.step`` and ``_step`` around all of the above
@@ -25,7 +25,7 @@ worker loop           the rest of the worker's turn: the inbox, waiting for the 
 
 A turn runs from one decode's start to the next's; the phases are summed over the steady turns
 (one token each) and divided by their number. ``delivery_lag_us`` is the median time from the
-worker's ``put`` to the caller's ``async for`` receiving the chunk. Nothing is asserted; the
+worker's ``Outbox.put`` to the caller's ``async for`` receiving the chunk. Nothing is asserted; the
 figures go to ``--json`` (``benchmarks/results/step_profile.json``), rendered in
 docs/performance.md.
 
@@ -54,7 +54,7 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     SamplingParams,
 )
-from llamacpp_integrations.engine.channel import EventChannel
+from llamacpp_integrations.engine.channel import EventChannel, Outbox
 from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
 from llamacpp_integrations.engine.native.sampler import SamplerChain
 from llamacpp_integrations.engine.worker.active import ActiveRequest
@@ -93,6 +93,7 @@ def hook(timers: PhaseTimers) -> None:
     timers.wrap(GenerationContext, "decode", "batch building")
     timers.wrap(GenerationContext, "logits_view", "logits read")
     timers.wrap(SamplerChain, "sample", "sampling")
+    timers.wrap(GenerationContext, "argmax_rows", "sampling")  # a step's greedy picks at once
     timers.wrap(SamplerChain, "_grammar_allows", "grammar")
     timers.wrap(SamplerChain, "_pick", "grammar")
     timers.wrap(LoadedModel, "token_to_piece", "detokenizing")
@@ -102,6 +103,8 @@ def hook(timers: PhaseTimers) -> None:
     for name in ("take", "pending_chunk"):
         timers.wrap(ActiveRequest, name, "request bookkeeping")
     timers.wrap(EventChannel, "put", "channel")
+    timers.wrap(Outbox, "put", "channel")
+    timers.wrap(Outbox, "flush", "channel")
     timers.wrap(Scheduler, "plan", "scheduling")
     timers.wrap(Scheduler, "decoded", "scheduling")
     timers.wrap(Sampling, "drafts", "scheduling")
@@ -142,13 +145,13 @@ def profile(engine: Engine, mode: str, tokens: int, repeat: int) -> dict[str, An
     timers = PhaseTimers()
     log = DecodeLog(timers=timers)
     sent: dict[int, float] = {}
-    put = EventChannel.put
+    put = Outbox.put
 
-    def stamped(channel: EventChannel, event: object) -> bool:
+    def stamped(outbox: Outbox, channel: EventChannel, event: object) -> None:
         sent[id(event)] = time.perf_counter()
-        return put(channel, event)
+        put(outbox, channel, event)
 
-    EventChannel.put = stamped  # type: ignore[method-assign]
+    Outbox.put = stamped  # type: ignore[method-assign]
     hook(timers)
     lags: list[float] = []
     produced = 0
@@ -166,7 +169,7 @@ def profile(engine: Engine, mode: str, tokens: int, repeat: int) -> dict[str, An
                 totals[name] += total
     finally:
         timers.restore()
-        EventChannel.put = put  # type: ignore[method-assign]
+        Outbox.put = put  # type: ignore[method-assign]
     n_turns = len(turns)
     per_token = {name: totals[name] / n_turns * 1e6 for name in PHASES}
     turn_us = sum(turns) / n_turns * 1e6
