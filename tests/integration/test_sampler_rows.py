@@ -118,18 +118,26 @@ def test_a_steps_greedy_rows_picked_at_once_are_each_rows_argmax(smollm_path: Pa
         kv_unified=False,
     )
     try:
+        # Sequence ids out of order: llama.cpp splits a batch by sequence (a KV stream each),
+        # computes the rows in its own order, and puts them back in the batch's
         entries = [
-            BatchEntry(0, [1, 2, 3, 4, 5, 6], 0, logits_last=False),
+            BatchEntry(3, [1, 2, 3, 4, 5, 6], 0, logits_last=False),
             BatchEntry(1, [7, 8, 9, 10], 0, logits_last=True),
-            BatchEntry(2, [11], 0, logits_last=True),
-            BatchEntry(3, [12, 13, 14], 0, logits_last=True, logits_all=True),
+            BatchEntry(0, [11], 0, logits_last=True),
+            BatchEntry(2, [12, 13, 14], 0, logits_last=True, logits_all=True),
         ]
         assert context.decode(entries) == 0
-        rows = [1 * 6 + 3, 10, 11, 12, 13]  # what keeps logits, in the batch's order
+        rows = [9, 10, 11, 12, 13]  # what keeps logits, in the batch's order
         each = [int(np.argmax(context.logits_view(row))) for row in rows]
         assert context.argmax_rows(rows) == each
         assert context.argmax_rows([rows[3], rows[1]]) == [each[3], each[1]]  # some, any order
         assert entries[1].logits_index == 9 and entries[2].logits_index == 10
+        # A decoding step: one token each, the sequences in another order again.
+        step = [BatchEntry(seq, [20 + seq], pos, logits_last=True) for seq, pos in
+                ((2, 3), (0, 1), (3, 6), (1, 4))]  # fmt: skip
+        assert context.decode(step) == 0
+        each = [int(np.argmax(context.logits_view(row))) for row in range(4)]
+        assert context.argmax_rows([0, 1, 2, 3]) == each
     finally:
         context.close()
         model.close()
