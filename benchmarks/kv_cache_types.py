@@ -34,7 +34,8 @@ import results
 
 from llamacpp_integrations.engine import EngineConfig
 from llamacpp_integrations.engine.batch import BatchEntry
-from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
+from llamacpp_integrations.engine.native.runner import GenerationContext
+from llamacpp_integrations.engine.native.weights import LoadedModel
 from llamacpp_integrations.models import resolve_model_path
 
 MODELS = ["smollm2-135m", "gemma3-270m"]

@@ -55,8 +55,9 @@ from llamacpp_integrations.engine import (
     SamplingParams,
 )
 from llamacpp_integrations.engine.channel import EventChannel, Outbox
-from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
+from llamacpp_integrations.engine.native.runner import GenerationContext
 from llamacpp_integrations.engine.native.sampler import SamplerChain
+from llamacpp_integrations.engine.native.weights import LoadedModel
 from llamacpp_integrations.engine.worker.active import ActiveRequest
 from llamacpp_integrations.engine.worker.core import EngineCore
 from llamacpp_integrations.engine.worker.output import OutputProcessor

@@ -26,9 +26,9 @@ from ..prompts.token_budget import fit_tokens
 from .channel import EventChannel
 from .embedding.job import EmbedJob
 from .interface import PromptRequest
-from .native.runner import LoadedModel
 from .native.sampler import SamplerChain
 from .native.vision import MediaPrompt, VisionProjector
+from .native.weights import LoadedModel
 from .types import ChatRequest, CompletionRequest, GenerationRequest, new_request_id
 from .worker.requests import ForcedText, PreparedRequest
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from llamacpp_integrations.engine import Engine
-from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
+from llamacpp_integrations.engine.native.runner import GenerationContext
+from llamacpp_integrations.engine.native.weights import LoadedModel
 
 from .helpers import QUESTIONS, chat
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from llamacpp_integrations.engine.native.runner import LoadedModel
+from llamacpp_integrations.engine.native.weights import LoadedModel
 from llamacpp_integrations.errors import SchemaNotSupportedError
 from llamacpp_integrations.tools.grammar import (
     any_json_gbnf,

@@ -24,8 +24,9 @@ from llamacpp_integrations.engine import (
 )
 from llamacpp_integrations.engine.batch import BatchEntry
 from llamacpp_integrations.engine.native.fixed_logits import FixedLogitsContext, fixed_logits
-from llamacpp_integrations.engine.native.runner import GenerationContext, LoadedModel
+from llamacpp_integrations.engine.native.runner import GenerationContext
 from llamacpp_integrations.engine.native.sampler import SamplerChain
+from llamacpp_integrations.engine.native.weights import LoadedModel
 from llamacpp_integrations.engine.worker import cells
 
 

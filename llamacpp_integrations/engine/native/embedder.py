@@ -15,7 +15,8 @@ import numpy.typing as npt
 
 from ...errors import EngineError
 from ..config import EngineConfig
-from .runner import LoadedModel, NativeContext
+from .runner import NativeContext
+from .weights import LoadedModel
 
 __all__ = ["POOLING_TYPES", "RANK_POOLING", "EmbeddingContext"]
 

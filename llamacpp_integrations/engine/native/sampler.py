@@ -30,7 +30,8 @@ import numpy as np
 
 from ...errors import InvalidRequestError
 from ..types import SamplingParams
-from .runner import GenerationContext, LoadedModel
+from .runner import GenerationContext
+from .weights import LoadedModel
 
 __all__ = ["SamplerChain"]
 

@@ -43,7 +43,8 @@ from ...errors import (
 )
 from ...prompts.media import AudioInput, ImageInput, MediaInput
 from .llama_log import ROUTER
-from .runner import GenerationContext, LoadedModel
+from .runner import GenerationContext
+from .weights import LoadedModel
 
 __all__ = ["MediaPrompt", "MediaSpan", "VisionProjector", "audio_key", "image_key"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import llama_cpp
 
 from ...errors import ModelLoadError
-from .runner import init_backend, tokenize
+from .weights import init_backend, tokenize
 
 __all__ = ["VocabularyModel"]
 

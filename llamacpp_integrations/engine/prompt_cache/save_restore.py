@@ -13,7 +13,8 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from ..batch import LEAD_PARTS, PrefillLayout
 from ..config import EngineConfig
-from ..native.runner import GenerationContext, LoadedModel
+from ..native.runner import GenerationContext
+from ..native.weights import LoadedModel
 from ..prefix_index import PrefixIndex
 from .disk_store import PromptDiskCache
 

@@ -24,7 +24,8 @@ import numpy as np
 from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry, common_prefix
 from ..config import EngineConfig
-from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
+from ..native.runner import DecodeStatus, GenerationContext
+from ..native.weights import LoadedModel
 from ..sizing import ContextChoice
 from .drafts import DraftWant
 

@@ -25,7 +25,7 @@ from ..sizing import ContextChoice
 from .drafts import DraftWant, SeqSpeculation, SpecStats
 
 if TYPE_CHECKING:
-    from ..native.runner import LoadedModel
+    from ..native.weights import LoadedModel
     from .draft_model import DraftModel
 
 __all__ = ["DraftAsk", "SpeculationStep"]

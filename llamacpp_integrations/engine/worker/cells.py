@@ -28,7 +28,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from ...errors import EngineError, LlamaCppIntegrationError
 from ..batch import PrefillLayout
 from ..config import EngineConfig
-from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
+from ..native.runner import DecodeStatus, GenerationContext
+from ..native.weights import LoadedModel
 from ..prefix_index import PrefixIndex
 from ..prompt_cache.save_restore import SavedPrompts
 from ..sizing import ContextChoice

@@ -33,8 +33,9 @@ from ..batch import BatchEntry
 from ..config import EngineConfig
 from ..embedding.work import EmbeddingWork
 from ..native.embedder import EmbeddingContext
-from ..native.runner import DecodeStatus, GenerationContext, LoadedModel
+from ..native.runner import DecodeStatus, GenerationContext
 from ..native.vision import VisionProjector
+from ..native.weights import LoadedModel
 from ..results import FinishReason, StreamChunk
 from ..sizing import ContextChoice
 from ..speculation.step import SpeculationStep

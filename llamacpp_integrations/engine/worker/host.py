@@ -33,8 +33,8 @@ from ...errors import EngineClosedError
 from ...models import read_gguf_info
 from ..config import EngineConfig, WeightsKey
 from ..native.devices import gpu_free_memory, gpu_offload_supported
-from ..native.runner import LoadedModel
 from ..native.vision import VisionProjector
+from ..native.weights import LoadedModel
 from ..sizing import ContextChoice, OffloadChoice, choose_offload, host_available_memory
 from .core import EngineCore
 from .inbox import Inbox

@@ -17,7 +17,8 @@ from functools import cached_property
 from ...errors import EngineError
 from ..batch import BatchEntry
 from ..channel import EventChannel, Outbox
-from ..native.runner import GenerationContext, LoadedModel
+from ..native.runner import GenerationContext
+from ..native.weights import LoadedModel
 from ..results import FinishReason
 from ..speculation.step import DraftAsk, SpeculationStep
 from .active import ActiveRequest
