@@ -393,11 +393,9 @@ class EngineCore:
         error: LlamaCppIntegrationError | None = None,
     ) -> None:
         request = active.prepared
-        event: StreamChunk | LlamaCppIntegrationError
-        if error is None:
-            event = active.last_chunk(reason, time.monotonic())
-        else:
-            event = active.failure(error)
+        event: StreamChunk | LlamaCppIntegrationError = (
+            active.last_chunk(reason, time.monotonic()) if error is None else active.failure(error)
+        )
         keep = reason in ("stop", "length")
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
