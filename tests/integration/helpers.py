@@ -13,6 +13,7 @@ from llamacpp_integrations.engine import (
     EngineStats,
     SamplingParams,
 )
+from llamacpp_integrations.engine.batch import SHORT_TAIL
 from llamacpp_integrations.errors import OutputTruncatedError
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -91,6 +92,14 @@ def idle_and_freed(stats: EngineStats) -> bool:
         and all(slot.kv_cells == 0 for slot in stats.slots if slot.cached_tokens == 0)
         and all(slot.kv_cells == slot.cached_tokens for slot in stats.slots)
     )
+
+
+def repeat_kept_all(repeat: Completion) -> bool:
+    """Whether a prompt asked again kept every cached cell the prefill layout lets a repeat
+    keep: all but its last token's, or all but its short tail after the last edge (a chat's
+    assistant header, read with the last token: ``batch.SHORT_TAIL``)."""
+    usage = repeat.usage
+    return usage.prompt_tokens - SHORT_TAIL <= usage.cached_prompt_tokens < usage.prompt_tokens
 
 
 def agree_up_to_a_tie(plain: Completion, spec: Completion, tie_nats: float) -> bool:

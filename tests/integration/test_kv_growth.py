@@ -29,7 +29,7 @@ from llamacpp_integrations.engine import (
 from llamacpp_integrations.engine.worker import cells as cells_module
 from llamacpp_integrations.errors import EngineError, KVCacheFullError, ModelLoadError
 
-from .helpers import GREEDY, idle_and_freed, wait_for
+from .helpers import GREEDY, idle_and_freed, repeat_kept_all, wait_for
 
 RULES = " ".join(
     f"Rule {i}: visitors sign in at desk {i % 7}, wear badge colour {i % 5}, and never enter "
@@ -87,10 +87,10 @@ def test_streams_grow_only_when_a_sequence_needs_more(
         long = engine.generate(again(LONG))
         assert long.usage.prompt_tokens > 512
         assert engine.stats().kv_cells_allocated == 2 * 1024  # doubled until the prompt fit
-        # The short chat's cells were carried over: asked again, all but its last token are
-        # cached, and the answer is the same.
+        # The short chat's cells were carried over: asked again, all but its tail (the
+        # assistant's header) are cached, and the answer is the same.
         repeat = engine.generate(again(SHORT))
-        assert repeat.usage.cached_prompt_tokens == repeat.usage.prompt_tokens - 1
+        assert repeat_kept_all(repeat)
     assert short.token_ids == repeat.token_ids == whole[0].token_ids
     assert long.token_ids == whole[1].token_ids
 
@@ -147,7 +147,7 @@ def test_a_stream_that_cannot_grow_ends_only_the_request_that_needed_it(
             writer.result()
         assert beside.result().finish_reason in ("stop", "length")
         repeat = engine.generate(again(SHORT))  # its cells survived both attempts
-        assert repeat.usage.cached_prompt_tokens == repeat.usage.prompt_tokens - 1
+        assert repeat_kept_all(repeat)
         assert engine.stats().kv_cells_allocated == 3 * 256
         assert idle_and_freed(wait_for(engine, idle_and_freed))
     assert short.token_ids == repeat.token_ids

@@ -56,7 +56,10 @@ def test_the_first_block_has_an_edge_every_eighth_of_it() -> None:
         128,
     ]
     assert LEAD.chunk_end(20, 150, [], room=512) == 24  # after an image: to the next edge
-    assert LEAD.chunk_end(32, 35, [], room=512) == 34
+    # A tail of at most SHORT_TAIL tokens after the last edge is read with its last token;
+    # after a longer one the last token is read alone.
+    assert LEAD.chunk_end(32, 35, [], room=512) == 35
+    assert [LEAD.chunk_end(start, 100, [], room=512) for start in (64, 99)] == [99, 100]
     # A preamble of 27 shared tokens keeps 24 of them, 150 shared keep 128.
     assert LEAD.kept(27, 40, {}, exact=39, cached_prompt=40) == 24
     assert LEAD.kept(150, 300, {}, exact=299, cached_prompt=300) == 128
@@ -70,7 +73,7 @@ def test_a_new_question_keeps_the_shared_preamble_up_to_a_lead_edge() -> None:
     preamble = list(range(1, 28))
     first = scheduler.admit("a", [*preamble, 100, 101, 102, 103, 104, 105, 106, 107])
     assert _read_prompt(scheduler, first) == [
-        (0, 8), (8, 16), (16, 24), (24, 32), (32, 34), (34, 35)
+        (0, 8), (8, 16), (16, 24), (24, 32), (32, 35)
     ]  # fmt: skip
     scheduler.release(first, keep_cache=True)
     second = scheduler.admit("b", [*preamble, 200, 201, 202, 203, 204, 205])
@@ -234,10 +237,10 @@ def test_requests_sharing_a_prefix_read_it_once() -> None:
         (leader.slot, c.slot, 192),
     ]
     chunks = {seq.request_id: (e.start_pos, e.start_pos + len(e.tokens)) for seq, e in plan.entries}
-    assert chunks == {"a": (192, 201), "b": (192, 200), "c": (192, 199)}
+    assert chunks == {"a": (192, 202), "b": (192, 201), "c": (192, 200)}  # short tails
     scheduler.decoded(plan)
     assert (b.n_reused, c.n_reused, scheduler.shared_tokens) == (192, 192, 384)
-    assert b.slot.cached == b.prompt[:200] and b.slot.exact == 200
+    assert b.slot.cached == b.prompt and b.slot.exact == 200
 
 
 def test_an_identical_prompt_takes_all_but_the_last_token() -> None:
@@ -299,11 +302,11 @@ def test_followers_of_a_cancelled_leader_regroup() -> None:
     _step(scheduler)
     scheduler.release(leader, keep_cache=False)  # cancelled mid-prompt: its cells are gone
     assert _step(scheduler) == {"b": (0, 64)}  # the first orphan reads, the other follows it
-    # Prompts of one length that differ only in their last token are read in the same chunks.
-    assert b.leader is None and c.leader is b and c.share_until == 200
-    _step(scheduler), _step(scheduler), _step(scheduler)  # b: 64-128, 128-192, 192-200
-    assert _step(scheduler) == {"b": (200, 201), "c": (200, 201)}
-    assert c.n_reused == 200
+    # The tail after 192 is short: b reads it with its last token, so c takes 192, not 200.
+    assert b.leader is None and c.leader is b and c.share_until == 192
+    _step(scheduler), _step(scheduler)  # b: 64-128, 128-192
+    assert _step(scheduler) == {"b": (192, 201), "c": (192, 201)}
+    assert c.n_reused == 192
 
 
 SHARED_CELLS = PrefillLayout(64, exact_keeps=False)

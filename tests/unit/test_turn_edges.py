@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llamacpp_integrations.engine.batch import PrefillLayout
+from llamacpp_integrations.engine.batch import SHORT_TAIL, PrefillLayout
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
 from llamacpp_integrations.engine.worker.sequences import SeqState
 
@@ -36,7 +36,7 @@ def _question(i: int, n: int = 9) -> list[int]:
 
 def test_a_chunk_ends_right_after_a_turn_end() -> None:
     prompt = [*SYSTEM, *_question(0)]
-    assert _chunks(TURNS, prompt)[-4:] == [(56, 64), (64, 101), (101, 109), (109, 110)]
+    assert _chunks(TURNS, prompt)[-3:] == [(56, 64), (64, 101), (101, 110)]
     assert _chunks(GRID, prompt)[-3:] == [(56, 64), (64, 109), (109, 110)]
     assert TURNS.edge_at_or_below(105, prompt) == 101
     assert TURNS.edge_at_or_below(101, prompt) == 101
@@ -44,21 +44,41 @@ def test_a_chunk_ends_right_after_a_turn_end() -> None:
     assert TURNS.edge_at_or_below(105) == 64  # without the tokens: the grid's edges only
     # A turn's end in the first block is an edge too, and the lead edges stop there.
     short = [5, 6, 7, END, 8, 9, 10, 11, 12, 13]
-    assert _chunks(TURNS, short) == [(0, 4), (4, 9), (9, 10)]
-    assert _chunks(GRID, short) == [(0, 8), (8, 9), (9, 10)]
+    assert _chunks(TURNS, short) == [(0, 4), (4, 10)]
+    assert _chunks(GRID, short) == [(0, 8), (8, 10)]
 
 
 def test_a_short_chat_is_read_in_the_decodes_its_turns_need() -> None:
     # A 20-token preamble, a 15-token question and the assistant's header: lead edges inside
-    # the preamble (what another question keeps), then one chunk to each turn's end.
+    # the preamble (what another question keeps), then one chunk to each turn's end, and the
+    # header with the last token.
     preamble, question = [*range(10, 29), END], [*range(40, 54), END]
     prompt = [*preamble, *question, 7, 8, 9, 6]
-    assert _chunks(TURNS, prompt) == [(0, 8), (8, 16), (16, 20), (20, 35), (35, 38), (38, 39)]
-    # Another question keeps the preamble, and reads its own in three decodes.
+    assert _chunks(TURNS, prompt) == [(0, 8), (8, 16), (16, 20), (20, 35), (35, 39)]
+    # Another question keeps the preamble, and reads its own in two decodes.
     other = [*preamble, *range(60, 70), END, 7, 8, 9, 6]
     kept = TURNS.kept(21, len(other), {}, exact=38, cached_prompt=39, tokens=other)
     assert kept == 20
-    assert [c for c in _chunks(TURNS, other) if c[0] >= kept] == [(20, 31), (31, 34), (34, 35)]
+    assert [c for c in _chunks(TURNS, other) if c[0] >= kept] == [(20, 31), (31, 35)]
+    # The same prompt again keeps up to the question's end and reads the header again: its
+    # last token was not read alone.
+    assert TURNS.kept(39, 39, {}, exact=38, cached_prompt=39, tokens=prompt) == 35
+
+
+def test_only_a_long_tail_reads_its_last_token_alone() -> None:
+    # A tail longer than SHORT_TAIL after the last edge: the last token alone, and a repeat
+    # keeps every cell but its own.
+    prompt = [*SYSTEM, *_question(0, SHORT_TAIL + 1)]
+    assert _chunks(TURNS, prompt)[-2:] == [(101, 101 + SHORT_TAIL), (101 + SHORT_TAIL, 112)]
+    assert TURNS.splits_last(len(prompt), prompt)
+    n = len(prompt)
+    assert TURNS.kept(n, n, {}, exact=n - 1, cached_prompt=n, tokens=prompt) == n - 1
+    # At SHORT_TAIL the tail is read whole; whether to split depends on the tokens before the
+    # last one alone, so a repeat decides as the first reading did.
+    short = prompt[:-1]
+    assert not TURNS.splits_last(len(short), short)
+    assert _chunks(TURNS, short)[-1] == (101, 101 + SHORT_TAIL)
+    assert TURNS.splits_last(n, [*prompt[:-1], END]) == TURNS.splits_last(n, prompt)
 
 
 @given(st.lists(st.sampled_from([END, 3, 4, 5]), max_size=150))

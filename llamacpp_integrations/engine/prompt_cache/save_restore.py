@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Hashable, Mapping, Sequence
 
-from ..batch import LEAD_PARTS, PrefillLayout
+from ..batch import LEAD_PARTS, SHORT_TAIL, PrefillLayout
 from ..config import EngineConfig
 from ..native.runner import GenerationContext
 from ..native.weights import LoadedModel
@@ -38,7 +38,12 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "lora": [(a.path, a.scale) for a in config.lora_adapters],
         "rope": [config.rope_freq_base, config.rope_freq_scale, config.rope_scaling_type],
         # Where a prompt's chunks end decides which saved cells are exactly a cold read's.
-        "prefill": [config.prefill_block_size, LEAD_PARTS, "turn ends, else lead edges"],
+        "prefill": [
+            config.prefill_block_size,
+            LEAD_PARTS,
+            "turn ends, else lead edges",
+            f"tails of at most {SHORT_TAIL} whole",
+        ],
         "mmproj": _file_identity(config.mmproj),
     }
     return repr(sorted(parts.items()))

@@ -326,8 +326,8 @@ class Scheduler:
             slot = seq.slot
             if seq.status is SeqStatus.PREFILL and entry.start_pos == slot.exact:
                 end = entry.start_pos + len(entry.tokens)
-                # The last prompt token is read alone: its cell is not one a longer prompt
-                # would make, so it never counts as exact.
+                # The last prompt token is read alone or in a short tail no edge ends: its
+                # cell is not one a longer prompt would make, so it never counts as exact.
                 slot.exact = min(end, len(seq.prompt) - 1)
             slot.extend(entry.tokens)
             if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
