@@ -23,7 +23,10 @@ P50/P90/P99, errors, 429s and client timeouts.
 pause of ``--light-pause`` seconds between them (an idle server each time), to ours and to
 llama-server in turn request by request, each question new (numbered, so that neither side
 answers from a cached prompt beyond the template's preamble); the figure is each side's P99 time
-to first token (``serve_light.json``)::
+to first token (``serve_light.json``). A third side takes its turn too: ours with the prefill
+layout off (``--prefill-block 0``: a prompt keeps every cached token it shares, as llama-server
+does, and a cached repeat may then answer differently), which tells what the layout's guarantee
+costs apart from the rest of the server::
 
     python benchmarks/serve.py --light 100 --json benchmarks/results/serve_light.json
 """
@@ -243,9 +246,10 @@ async def open_loop(server: Server, rate: float, duration_s: float, max_tokens: 
 
 
 async def light_load(
-    servers: tuple[Server, Server], requests: int, pause_s: float, max_tokens: int
+    servers: tuple[Server, ...], requests: int, pause_s: float, max_tokens: int
 ) -> list[Level]:
-    """One client, one request at a time, the servers taking turns (the first alternating)."""
+    """One client, one request at a time, the servers taking turns (in order, then reversed:
+    none is always first after the pause)."""
     samples: dict[str, list[Sample]] = {server.name: [] for server in servers}
     walls = dict.fromkeys(samples, 0.0)
     limits = httpx.Limits(max_connections=4, max_keepalive_connections=0)
@@ -274,7 +278,7 @@ def ratio_row(ours: Level, peer: Level) -> str:
         return f"{a / b:.2f}x" if b > 0 and a == a and b == b else "-"
 
     return (
-        f"| ours/{peer.server} | {r(ours.tok_s, peer.tok_s)} "
+        f"| {ours.server}/{peer.server} | {r(ours.tok_s, peer.tok_s)} "
         f"| P50 {r(ours.ttft_ms['p50'], peer.ttft_ms['p50'])}, "
         f"P99 {r(ours.ttft_ms['p99'], peer.ttft_ms['p99'])} "
         f"| P50 {r(ours.itl_ms['p50'], peer.itl_ms['p50'])}, "
@@ -337,7 +341,9 @@ def main() -> None:
     )  # fmt: skip
 
     if args.light:
-        light(args, ours, peer, model, threads)
+        command = [str(lcp_port) if arg == str(ours_port) else arg for arg in ours.command]
+        loose = Server("ours (layout off)", [*command, "--prefill-block", "0"], lcp_port, no_eos)
+        light(args, (ours, loose, peer), model, threads)
         return
     levels: list[tuple[Level, Level]] = []
     extra: list[Level] = []
@@ -421,23 +427,24 @@ def main() -> None:
     )
 
 
-def light(args: argparse.Namespace, ours: Server, peer: Server, model: str, threads: int) -> None:
-    """The light-load mode (``--light``): both servers up, one busy at a time."""
+def light(args: argparse.Namespace, servers: tuple[Server, ...], model: str, threads: int) -> None:
+    """The light-load mode (``--light``): every server up (ours, ours with the layout off,
+    llama-server), one busy at a time."""
+    ours, loose, peer = servers
     try:
-        ours.start()
-        peer.start()
-        for server in (ours, peer):  # warm-up: first prompts, page cache, allocator
+        for server in servers:
+            server.start()
+        for server in servers:  # warm-up: first prompts, page cache, allocator
             asyncio.run(closed_loop(server, 1, 2, 8))
-        levels = asyncio.run(
-            light_load((ours, peer), args.light, args.light_pause, args.max_tokens)
-        )
+        levels = asyncio.run(light_load(servers, args.light, args.light_pause, args.max_tokens))
     finally:
-        ours.stop()
-        peer.stop()
+        for server in servers:
+            server.stop()
     print(f"# One client, {args.light} requests each, {args.light_pause:g} s apart\n")
     print("| server | tok/s | TTFT ms | ITL ms | ok | 429 | errors | timeouts |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"{row(levels[0])}\n{row(levels[1])}\n{ratio_row(levels[0], levels[1])}")
+    print("\n".join(row(level) for level in levels))
+    print(f"{ratio_row(levels[0], levels[2])}\n{ratio_row(levels[1], levels[2])}")
     results.write(
         args.json,
         "serve_light",
@@ -449,6 +456,7 @@ def light(args: argparse.Namespace, ours: Server, peer: Server, model: str, thre
             "max_tokens": args.max_tokens,
             "order": "one client; the servers take turns request by request",
             "ours_flags": results.server_flags(ours.command[2:], model),
+            "ours_layout_off_flags": results.server_flags(loose.command[2:], model),
             "llama_server_flags": results.server_flags(peer.command),
         },
         levels=[asdict(level) for level in levels],
