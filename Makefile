@@ -133,7 +133,7 @@ bench-shared: models $(LLAMA_SERVER)
 
 # Sixteen chats over one system prompt, then sixteen new ones right after, against llama-server.
 bench-wave: models $(LLAMA_SERVER)
-	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --json benchmarks/results/second_wave.json
+	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --rounds 3 --json benchmarks/results/second_wave.json
 
 bench-prefix: install
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
@@ -178,7 +178,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/prompt_cache.py --json $(RESULTS)/prompt_cache.json
 	$(BIN)/python benchmarks/reproducibility.py --json $(RESULTS)/reproducibility.json
 	$(BIN)/python benchmarks/shared_prefix.py --server $(LLAMA_SERVER) --json $(RESULTS)/shared_prefix.json
-	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --json $(RESULTS)/second_wave.json
+	$(BIN)/python benchmarks/second_wave.py --server $(LLAMA_SERVER) --rounds 3 --json $(RESULTS)/second_wave.json
 	$(BIN)/python benchmarks/prefix_lookup.py --json $(RESULTS)/prefix_lookup.json
 	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER) --json $(RESULTS)/prefill_fairness.json
 	$(BIN)/python benchmarks/bench_overhead.py --json $(RESULTS)/overhead.json

@@ -160,6 +160,9 @@ async def main() -> None:
     parser.add_argument("--adapters", default="ainvoke,astream,llamaindex")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="decode threads (default: the engine's)"
+    )
     parser.add_argument("--slow-callbacks", action="store_true", help="log callbacks of 4 ms+")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
@@ -170,7 +173,7 @@ async def main() -> None:
         loop.slow_callback_duration = 0.004
         logging.basicConfig(level=logging.WARNING)
     # The engine is made off the loop, as the adapters' first call would make it.
-    config = EngineConfig(model=args.model, n_seq_max=max(levels))
+    config = EngineConfig(model=args.model, n_seq_max=max(levels), n_threads=args.threads)
     engine = await asyncio.to_thread(Engine, config)
     calls = adapters(engine, args.max_tokens)
     await calls["ainvoke"]("warm up")  # the first decode; not measured
