@@ -86,8 +86,9 @@ def single_stream_rates(results: Results) -> str:
         "| / llama-server |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    reads = ["", "| model | ours tok/s | llama-server tok/s | pp512 tok/s | ours / pp512 |",
-             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    reads = ["", "| model | ours tok/s | ours, layout off | llama-server tok/s | pp512 tok/s "
+             "| ours / pp512 | layout off / pp512 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for model in results["single_stream"]["models"]:
         rate, name = model["tok_s"], _model_name(model["model"])
         tg = rate.get("tg128")
@@ -104,9 +105,18 @@ def single_stream_rates(results: Results) -> str:
             lines.append(f"| {name} | {label} | {' | '.join(cells)} |")
         if tg:
             lines.append(f"| {name} | llama-bench tg128 | {tg:.1f} | | | {tg:.1f} | | |")
-        pp, read = rate.get("pp512"), rate["engine prompt"]
-        ceiling = f"{pp:.0f} | {_ratio(read, pp)}" if pp else "n/a | n/a"
-        reads.append(f"| {name} | {read:.0f} | {rate['server prompt']:.0f} | {ceiling} |")
+        pp, read, loose = (
+            rate.get("pp512"),
+            rate["engine prompt"],
+            rate.get("engine prompt, layout off"),
+        )
+        off = f"{loose:.0f}" if loose else "n/a"
+        ceiling = (
+            f"{pp:.0f} | {_ratio(read, pp)} | {_ratio(loose, pp) if loose else 'n/a'}"
+            if pp
+            else "n/a | n/a | n/a"
+        )
+        reads.append(f"| {name} | {read:.0f} | {off} | {rate['server prompt']:.0f} | {ceiling} |")
     return "\n".join(lines + reads)
 
 

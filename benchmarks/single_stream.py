@@ -16,7 +16,9 @@ the CPU advertises AMX (as ours turns it off there). A decode rate is the tokens
 over the seconds from the first token to the last (the prompt left out, as tg128 leaves it
 out). A prompt read is ``--document``'s tokens (about 600 with the template) with the cache
 cleared, over the prompt's reading time each side reports (ours ``Timings.prompt_eval_s``,
-llama-server's ``timings.prompt_ms``) against pp512. Every round runs each side once, one
+llama-server's ``timings.prompt_ms``) against pp512, and read again by a second engine of ours
+with the prefill layout off (``prefill_block=0``: chunks that fill the batch, as pp512 reads),
+which tells what the layout's chunks cost. Every round runs each side once, one
 llama.cpp process busy at a time (the others idle), and the figures are medians over
 ``--repeat`` rounds. Answers end at the end-of-turn token or ``--max-tokens``: the prompts ask
 for long stories so that most run to the limit; the results keep the tokens each side made.
@@ -38,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +245,9 @@ def measure_model(args: argparse.Namespace, name: str) -> dict[str, Any]:
         samples.setdefault(side, []).append(read[1])
 
     document = f"Here is a document.\n\n{DOCUMENT}\nSummarize it in one sentence."
-    with Engine(config) as engine:
+    # The same prompt read by an engine with the prefill layout off: chunks that fill the batch,
+    # as pp512 reads, so the difference to ours is what the layout's chunks cost.
+    with Engine(config) as engine, Engine(replace(config, prefill_block=0)) as loose:
         llm = ChatLlamaCpp(engine=engine, max_tokens=args.max_tokens)
         server = LlamaServerProcess(
             Path(args.server), Path(model), port=free_port(), threads=args.threads, slots=1,
@@ -260,6 +264,7 @@ def measure_model(args: argparse.Namespace, name: str) -> dict[str, Any]:
                     record(f"langchain {mode}", ours_langchain(llm, prompt, mode, r))
                     record(f"server {mode}", server_stream(server.port, prompt, mode, r, n))
                 record_read("engine prompt", ours_prompt_read(engine, document))
+                record_read("engine prompt, layout off", ours_prompt_read(loose, document))
                 record_read("server prompt", server_prompt_read(server.port, document))
                 if args.llama_bench:
                     for test, rate in llama_bench(args.llama_bench, model, args.threads).items():
@@ -299,6 +304,7 @@ def report(rows: list[dict[str, Any]]) -> None:
             )
         print(
             f"| {row['model']} | prompt read | ours {rate['engine prompt']:.0f} "
+            f"(layout off {rate['engine prompt, layout off']:.0f}) "
             f"| server {rate['server prompt']:.0f} | pp512 {rate.get('pp512', float('nan')):.0f} "
             f"| ours / pp512 {ratio(rate['engine prompt'], rate.get('pp512'))} | | |"
         )
@@ -336,6 +342,7 @@ def main() -> None:
         "llama_server": "one slot of 4096 tokens; flags per model in models[].llama_server_flags",
         "llama_bench_flags": bench_flags(args.threads) if args.llama_bench else None,
         "prompt_read": "speculative.DOCUMENT in one user message, cache cleared, 1 token",
+        "prompt_read_layout_off": "the same, by a second engine of ours with prefill_block=0",
     }
     results.write(args.json, "single_stream", settings, models=rows)
 
