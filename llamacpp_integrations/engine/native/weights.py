@@ -9,6 +9,7 @@ decode with it are in ``runner.py``.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -193,3 +194,19 @@ class LoadedModel:
                 self._loras.clear()  # llama_model_free frees them
             llama_cpp.llama_model_free(self._model)
             self._model = None
+            _return_freed_memory()
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory the C heap holds free back to the system (glibc's ``malloc_trim``).
+
+    The weights are unmapped when freed, but llama.cpp's buffers (KV cells, compute, outputs)
+    are ``malloc``'s, and glibc keeps freed heap memory for reuse: once a large block has been
+    freed, blocks up to 32 MB come from the heap instead of their own mappings. A server that
+    unloads an idle model would otherwise keep much of what loading it took (seen: 170 of 310
+    MB). Nothing to do where the C library has no ``malloc_trim`` (macOS, Windows, musl)."""
+    if not sys.platform.startswith("linux"):
+        return
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
