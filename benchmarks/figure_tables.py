@@ -86,7 +86,7 @@ def single_stream_rates(results: Results) -> str:
         "| / llama-server |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    reads = ["", "| model | ours tok/s | ours, layout off | llama-server tok/s | pp512 tok/s "
+    reads = ["", "| model | ours tok/s | ours (layout off) | llama-server tok/s | pp512 tok/s "
              "| ours / pp512 | layout off / pp512 |",
              "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for model in results["single_stream"]["models"]:
