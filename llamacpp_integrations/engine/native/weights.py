@@ -202,9 +202,10 @@ def _return_freed_memory() -> None:
 
     The weights are unmapped when freed, but llama.cpp's buffers (KV cells, compute, outputs)
     are ``malloc``'s, and glibc keeps freed heap memory for reuse: once a large block has been
-    freed, blocks up to 32 MB come from the heap instead of their own mappings. A server that
-    unloads an idle model would otherwise keep much of what loading it took (seen: 170 of 310
-    MB). Nothing to do where the C library has no ``malloc_trim`` (macOS, Windows, musl)."""
+    freed, blocks up to 32 MB come from the heap instead of their own mappings. A process that
+    unloads a model would otherwise keep part of what loading it took (seen: 58 MB after
+    SmolLM2 and then Gemma were loaded and closed, none with the trim). Nothing to do where the
+    C library has no ``malloc_trim`` (macOS, Windows, musl)."""
     if not sys.platform.startswith("linux"):
         return
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
