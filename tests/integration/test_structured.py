@@ -46,16 +46,25 @@ def _ask(text: str, seed: int) -> ChatRequest:
     )
 
 
+def _answers(
+    engine: InferenceEngine, prompts: list[str], schema: Any
+) -> list[CallResult | BaseException]:
+    """Each prompt's structured answer (its index the seed), or the ``OutputTruncatedError`` it
+    ended in (for ``finished``)."""
+    outcomes: list[CallResult | BaseException] = []
+    for seed, prompt in enumerate(prompts):
+        try:
+            outcomes.append(generate_structured(engine, _ask(prompt, seed), schema))
+        except OutputTruncatedError as cut:
+            outcomes.append(cut)
+    return outcomes
+
+
 def test_nested_pydantic_model_is_valid_on_twenty_prompts(any_engine: InferenceEngine) -> None:
     engine = any_engine
     schema = Person.model_json_schema()
-    outcomes: list[CallResult | BaseException] = []
-    for seed, question in enumerate([*QUESTIONS, *QUESTIONS[:4]]):
-        ask = _ask(f"Describe a person related to: {question} Answer in JSON.", seed)
-        try:
-            outcomes.append(generate_structured(engine, ask, schema))
-        except OutputTruncatedError as cut:
-            outcomes.append(cut)
+    prompts = [f"Describe a person related to: {q} Answer in JSON." for q in QUESTIONS]
+    outcomes = _answers(engine, [*prompts, *prompts[:4]], schema)
     for result in finished(outcomes, at_least=16):
         person = Person.model_validate(result.value)
         assert 0 <= person.age <= 120
@@ -117,13 +126,7 @@ def test_answers_under_a_pattern_match_it(engine: InferenceEngine) -> None:
         "a broken printer", "a login problem", "a slow laptop",
         "a lost password", "a noisy fan", "a cracked screen",
     ]  # fmt: skip
-    outcomes: list[CallResult | BaseException] = []
-    for seed, topic in enumerate(topics):
-        ask = _ask(f"Open a support ticket about {topic}. Answer in JSON: {TICKET_HINT}", seed)
-        try:
-            outcomes.append(generate_structured(engine, ask, schema))
-        except OutputTruncatedError as cut:
-            outcomes.append(cut)
-    for result in finished(outcomes, at_least=4):
+    prompts = [f"Open a support ticket about {t}. Answer in JSON: {TICKET_HINT}" for t in topics]
+    for result in finished(_answers(engine, prompts, schema), at_least=4):
         ticket = Ticket.model_validate(result.value)
         assert ticket.code[3] == "-"
