@@ -110,16 +110,15 @@ class EngineConfig:
         prefill_block: Prompts are read in chunks that end at multiples of this many positions,
             right after each end-of-turn token (and every eighth of a block inside the first
             one until a turn has ended, where a chat template's preamble lies), and their last
-            token alone when more than a few tokens follow the last edge (a chat's assistant
-            header after the turn end is read with it), so that cells a prompt keeps from the
-            cache (or from a request reading the same prefix) are exactly those reading it
-            again would make.
+            token alone unless only a few follow the last edge (a chat's assistant header), so
+            that cells a prompt keeps from the cache (or from a request reading the same
+            prefix) are exactly those reading it again would make.
             With a KV stream per sequence (the default) a prompt keeps cached cells only up to
             such an edge, so a repeated or extended prompt gets the same greedy answer with or
             without the cache, and while the engine idles finished answers are read again in
             this layout so that a follow-up keeps them (see ``docs/reproducibility.md``); a
-            unified cache keeps every shared cell. ``None``
-            (the default): 64, or what ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
+            unified cache keeps every shared cell. ``None`` (the default): 64, or what
+            ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
             when that is less; at most that much when given; ``0`` turns this off (chunks fill
             the batch, and a cached prefix is kept to the token).
         prefill_per_step: Most prompt tokens read in one step while other requests are
