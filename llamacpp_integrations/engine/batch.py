@@ -48,7 +48,8 @@ LEAD_PARTS = 8
 
 # A prompt whose last edge is at most this many tokens before its end reads that tail, last
 # token included, in one decode (see the module docstring). The assistant's header after a turn
-# end fits: ChatML's, Llama 3's and Gemma's are 4 tokens, and an empty think block adds a few.
+# end fits (5 tokens in SmolLM2's ChatML: the newline, <|im_start|>, "ass", "istant", newline),
+# and an empty think block adds a few.
 SHORT_TAIL = 10
 
 
