@@ -118,9 +118,9 @@ class EngineConfig:
             without the cache, and while the engine idles finished answers are read again in
             this layout so that a follow-up keeps them (see ``docs/reproducibility.md``); a
             unified cache keeps every shared cell. ``None`` (the default): 64, or what
-            ``n_batch`` leaves beside ``n_seq_max`` decoding tokens
-            when that is less; at most that much when given; ``0`` turns this off (chunks fill
-            the batch, and a cached prefix is kept to the token).
+            ``n_batch`` leaves beside ``n_seq_max`` decoding tokens when that is less; at most
+            that much when given; ``0`` turns this off (chunks fill the batch, and a cached
+            prefix is kept to the token).
         prefill_per_step: Most prompt tokens read in one step while other requests are
             generating (at least one prefill block). Each step's time grows with the prompt
             tokens in it, and so does the pause before every stream's next token. A prompt
