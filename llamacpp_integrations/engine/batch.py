@@ -12,28 +12,31 @@ edge, so the cells it holds are exactly those evaluating it again would make.
 
 The last token is read alone in a decode of its own when more than ``SHORT_TAIL`` tokens
 follow the last edge: then the same prompt asked again keeps every cell but that token's. A
-chat's prompt ends with a turn end (an edge, below) and the assistant's header after it, a few
-tokens: that tail is read with its last token in one decode, and a repeat reads those few
-tokens again. Each decode reads every weight once (about 5 ms on the tiny model on 2 cores,
-before its tokens' own cost), so a new question, far more common than a repeat, gets its first
-token one decode sooner.
+chat's prompt is the exception: it ends with the assistant's header, an edge (below), and its
+question is read with that header in one decode, last token included. The same prompt asked
+again reads its question again; a new question, far more common, gets its first token sooner.
+Each decode reads every weight once (about 5 ms on the tiny model on 2 cores, before its
+tokens' own cost).
 
 The first block is cut finer, an edge every eighth of it, because that is where the prefix
 every chat shares lies: a chat template's preamble and a short system prompt. With edges only
 every 64 positions, a new question would read all of it again; with an edge every 8 it keeps
 all but a few tokens.
 
-A chat turn's end is an edge too: the position right after a turn-end token (``marks``, the
-model's end-of-turn tokens). Chats over one system prompt share it up to that token, and with
-edges only every 64 positions each new question would read again the system prompt's tail
-after its last block edge (up to 63 tokens, every chat). Once a turn has ended, the finer edges
-stop: the shared preamble is behind that edge, and each decode reads every weight once (about
-5 ms on the tiny model on 2 cores, before its tokens' own cost), so cutting a question in
-eighths only delayed its first token (a 38-token SmolLM2 chat read cold: 8 decodes in eighths,
-6 without them after the system turn). Where edges fall is still a function of the tokens
-before them alone (a position, whether a turn ended before it, or the token just before it),
-so two prompts that share a prefix are cut the same way inside it, and a prefix kept up to an
-edge holds the cells reading the prompt alone would make.
+A chat turn's end is an edge too (``marks``, the model's end-of-turn tokens). Chats over one
+system prompt share it up to that token and the next turn's header, and with edges only every
+64 positions each new question would read again the system prompt's tail after its last block
+edge (up to 63 tokens, every chat). Where the model's turn headers end with a line break
+(``header_ends``: ChatML's ``<|im_start|>user\n``, Gemma's, Llama 3's), the edge falls after
+the header that follows the turn's end, not right after the mark: every chat shares that
+header too, a new question is then read in one decode (its text, its turn's end and the
+assistant's header), and a chat's prompt ends on an edge, so a follow-up turn keeps all of it.
+Once a turn has ended, the finer edges stop: the shared preamble is behind that edge, and cutting
+a question in eighths only delayed its first token (a 38-token SmolLM2 chat read cold: 8
+decodes in eighths, 6 without them after the system turn). Where edges fall is still a function
+of the tokens before them alone (a position, whether a turn ended before it, the tokens since
+the last turn end), so two prompts that share a prefix are cut the same way inside it, and a
+prefix kept up to an edge holds the cells reading the prompt alone would make.
 """
 
 from __future__ import annotations
@@ -41,16 +44,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["LEAD_PARTS", "SHORT_TAIL", "BatchEntry", "PrefillLayout", "common_prefix"]
+__all__ = [
+    "HEADER_SPAN",
+    "LEAD_PARTS",
+    "SHORT_TAIL",
+    "BatchEntry",
+    "PrefillLayout",
+    "common_prefix",
+]
 
 # The first block of a prompt is cut into this many chunks (see the module docstring).
 LEAD_PARTS = 8
 
 # A prompt whose last edge is at most this many tokens before its end reads that tail, last
-# token included, in one decode (see the module docstring). The assistant's header after a turn
-# end fits (5 tokens in SmolLM2's ChatML: the newline, <|im_start|>, "ass", "istant", newline),
-# and an empty think block adds a few.
+# token included, in one decode (see the module docstring): an empty think block after the
+# assistant's header fits.
 SHORT_TAIL = 10
+
+# How far after a turn-end token the next turn's header may end (SmolLM2's ChatML: the newline,
+# <|im_start|>, "ass", "istant", then the header's own newline, 5 tokens; Llama 3: 4).
+HEADER_SPAN = 8
 
 
 @dataclass
@@ -98,14 +111,17 @@ class PrefillLayout:
     shares: in a unified KV cache, where the cells lie changes an answer's rounding anyway.
     ``lead_step`` (a divisor of ``block``; ``0``: none) adds an edge every ``lead_step``
     positions inside the first block, up to the first of ``marks``. ``marks`` (token ids: the
-    model's end-of-turn tokens) add an edge right after each of them; the methods that place
-    edges then take the tokens (``tokens``: at least those before the positions asked about).
+    model's end-of-turn tokens) add an edge after each turn: right after the mark, or with
+    ``header_ends`` (the tokens a turn's header ends with: line breaks) after the header of the
+    turn that follows it. The methods that place edges then take the tokens (``tokens``: at
+    least those before the positions asked about).
     """
 
     block: int
     exact_keeps: bool = True
     lead_step: int = 0
     marks: frozenset[int] = field(default_factory=frozenset)
+    header_ends: frozenset[int] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.lead_step and (self.lead_step < 0 or self.block % self.lead_step):
@@ -113,13 +129,20 @@ class PrefillLayout:
 
     @classmethod
     def with_lead_edges(
-        cls, block: int, *, exact_keeps: bool = True, marks: frozenset[int] = frozenset()
+        cls,
+        block: int,
+        *,
+        exact_keeps: bool = True,
+        marks: frozenset[int] = frozenset(),
+        header_ends: frozenset[int] = frozenset(),
     ) -> PrefillLayout:
         """A layout of ``block`` whose first block has an edge every ``block // LEAD_PARTS``
         positions up to the first of ``marks`` (none when that does not divide the block
-        evenly), and one after each of ``marks``."""
+        evenly), and one after each turn (``marks``, ``header_ends``: as the class says)."""
         step = block // LEAD_PARTS if block >= LEAD_PARTS and block % LEAD_PARTS == 0 else 0
-        return cls(block, exact_keeps=exact_keeps, lead_step=step, marks=marks)
+        return cls(
+            block, exact_keeps=exact_keeps, lead_step=step, marks=marks, header_ends=header_ends
+        )
 
     @property
     def aligned(self) -> bool:
@@ -132,23 +155,56 @@ class PrefillLayout:
         else:
             edge = n // self.block * self.block
         if self.marks:
-            # The last turn end after that edge (a short scan: less than a block).
-            for i in range(min(n, len(tokens)) - 1, edge - 1, -1):
+            # The last turn edge after that one (a short scan: less than a block and a header).
+            for i in range(min(n, len(tokens)) - 1, max(0, edge - HEADER_SPAN - 1) - 1, -1):
                 if tokens[i] in self.marks:
-                    return i + 1
+                    turn = self._turn_edge(i, tokens)
+                    if turn is not None and edge < turn <= n:
+                        return turn  # a later turn's edge lies further on
         return edge
 
     def next_edge(self, start: int, tokens: Sequence[int] = ()) -> int:
         """The first chunk edge after position ``start``."""
-        if self.lead_step and start < self.block and self._lead_end(tokens, start) == start:
-            edge = (start // self.lead_step + 1) * self.lead_step
-        else:
-            edge = (start // self.block + 1) * self.block
+        edge = (start // self.block + 1) * self.block
+        if self.lead_step and start < self.block:
+            lead = (start // self.lead_step + 1) * self.lead_step
+            if self._lead_end(tokens, lead) == lead:  # no turn ended before it
+                edge = lead
         if self.marks:
-            for i in range(start, min(edge - 1, len(tokens))):
+            for i in range(max(0, start - HEADER_SPAN - 1), min(edge - 1, len(tokens))):
                 if tokens[i] in self.marks:
-                    return i + 1
+                    turn = self._turn_edge(i, tokens)
+                    if turn is not None and start < turn < edge:
+                        return turn
         return edge
+
+    def _turn_edge(self, mark: int, tokens: Sequence[int]) -> int | None:
+        """The edge of the turn whose end is the token at ``mark``: right after it, or, with
+        ``header_ends``, right after the next turn's header, the first header end within
+        ``HEADER_SPAN`` tokens that is not the token right after the mark (the line break
+        between turns); ``None`` when none is among ``tokens`` (another mark first, or too
+        far). It depends on the tokens before it alone."""
+        if not self.header_ends:
+            return mark + 1
+        for i in range(mark + 2, min(mark + 1 + HEADER_SPAN, len(tokens))):
+            if tokens[i] in self.header_ends:
+                return i + 1
+            if tokens[i] in self.marks:
+                return None
+        return None
+
+    def _in_header(self, last: int, tokens: Sequence[int]) -> bool:
+        """Whether the token at ``last`` may end a turn's header (with ``header_ends``), by
+        the tokens before it alone: a turn ended at most ``HEADER_SPAN`` tokens before it and
+        no header has ended since."""
+        if not self.header_ends:
+            return False
+        for i in range(last - 1, max(0, last - HEADER_SPAN) - 1, -1):
+            if tokens[i] in self.marks:
+                return i + 2 <= last and not any(
+                    t in self.header_ends for t in tokens[i + 2 : last]
+                )
+        return False
 
     def _lead_end(self, tokens: Sequence[int], n: int) -> int:
         """Where lead edges stop among the first ``n`` positions: at the first turn end's
@@ -183,9 +239,25 @@ class PrefillLayout:
 
     def splits_last(self, n_prompt: int, tokens: Sequence[int] = ()) -> bool:
         """Whether a prompt of ``n_prompt`` positions reads its last token alone: when more
-        than ``SHORT_TAIL`` tokens follow its last edge. Decided by the tokens before the last
-        one, so a repeat of the prompt (which may keep all of them) decides alike."""
-        return n_prompt - self.edge_at_or_below(n_prompt - 1, tokens) > SHORT_TAIL
+        than ``SHORT_TAIL`` tokens follow its last edge and that token cannot end a turn's
+        header (a chat's prompt ends with the assistant's header: the question is read with
+        it). Decided by the tokens before the last one, so a repeat of the prompt (which may
+        keep all of them) decides alike."""
+        return n_prompt - self.edge_at_or_below(
+            n_prompt - 1, tokens
+        ) > SHORT_TAIL and not self._in_header(n_prompt - 1, tokens)
+
+    def exact_after(self, end: int, n_prompt: int, tokens: Sequence[int] = ()) -> int:
+        """How many leading cells a longer prompt could keep once a prompt of ``n_prompt``
+        positions is read up to ``end``: all of them, but for the last token's cell unless
+        the prompt ends on an edge and was read to it in one chunk (a chat's prompt, after
+        its assistant's header), where a longer prompt's chunk ends too."""
+        if end < n_prompt:
+            return end
+        whole = self.aligned and not self.splits_last(n_prompt, tokens)
+        return (
+            n_prompt if whole and self.edge_at_or_below(n_prompt, tokens) == n_prompt else end - 1
+        )
 
     def kept(
         self,

@@ -108,11 +108,11 @@ class EngineConfig:
             is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         prefill_block: Prompts are read in chunks that end at multiples of this many positions,
-            right after each end-of-turn token (and every eighth of a block inside the first
-            one until a turn has ended, where a chat template's preamble lies), and their last
-            token alone unless only a few follow the last edge (a chat's assistant header), so
-            that cells a prompt keeps from the cache (or from a request reading the same
-            prefix) are exactly those reading it again would make.
+            after each turn (its end-of-turn token and the next turn's header) and every eighth
+            of a block inside the first one until a turn has ended (a template's preamble); a
+            chat's question is read with the assistant's header, other long tails end with the
+            last token alone. So cells a prompt keeps from the cache (or from a request reading
+            the same prefix) are exactly those reading it again would make.
             With a KV stream per sequence (the default) a prompt keeps cached cells only up to
             such an edge, so a repeated or extended prompt gets the same greedy answer with or
             without the cache, and while the engine idles finished answers are read again in

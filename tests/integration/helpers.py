@@ -13,7 +13,7 @@ from llamacpp_integrations.engine import (
     EngineStats,
     SamplingParams,
 )
-from llamacpp_integrations.engine.batch import SHORT_TAIL
+from llamacpp_integrations.engine.batch import HEADER_SPAN
 from llamacpp_integrations.errors import OutputTruncatedError
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -94,12 +94,13 @@ def idle_and_freed(stats: EngineStats) -> bool:
     )
 
 
-def repeat_kept_all(repeat: Completion) -> bool:
+def repeat_kept_all(repeat: Completion, block: int = 64) -> bool:
     """Whether a prompt asked again kept every cached cell the prefill layout lets a repeat
-    keep: all but its last token's, or all but its short tail after the last edge (a chat's
-    assistant header, read with the last token: ``batch.SHORT_TAIL``)."""
+    keep: all but its last token's, or all but its last chunk (a chat's question with the
+    assistant's header, read with the last token: at most a ``block`` and a header)."""
     usage = repeat.usage
-    return usage.prompt_tokens - SHORT_TAIL <= usage.cached_prompt_tokens < usage.prompt_tokens
+    tail = block + HEADER_SPAN
+    return usage.prompt_tokens - tail <= usage.cached_prompt_tokens < usage.prompt_tokens
 
 
 def agree_up_to_a_tie(plain: Completion, spec: Completion, tie_nats: float) -> bool:

@@ -103,7 +103,7 @@ def test_the_same_samples_share_cells_whatever_the_container(listening: Engine) 
         pcm = w.readframes(w.getnframes())
     floats = b"".join(struct.pack("<f", s / 32768) for (s,) in struct.iter_unpack("<h", pcm))
     again = listening.generate(ask(AudioInput.from_pcm(floats, 8000)))
-    # All but the prompt's tail (the assistant's header, read with the last token) is kept.
+    # All but the prompt's last chunk (the question and the assistant's header) is kept.
     assert repeat_kept_all(again)
     assert again.token_ids == first.token_ids
     other = listening.generate(ask(load_audio(tone(990))))

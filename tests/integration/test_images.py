@@ -360,7 +360,8 @@ def test_a_prompt_with_an_image_is_saved_to_disk_and_restored_after_a_restart(
         other_question = restarted.generate(ask(noise(22), "Which colours?", logprobs=3))
         other_image = restarted.generate(ask(noise(23), logprobs=3))
         assert idle_and_freed(wait_for(restarted, idle_and_freed))
-    # The whole prompt but its tail (the assistant's header), image included, came from disk.
+    # The whole prompt but its last chunk (the question after the image and the assistant's
+    # header), image included, came from disk.
     assert repeat_kept_all(same)
     agree_up_to_a_tie(cold, same, TIE_NATS)
     assert other_question.usage.cached_prompt_tokens >= image_end
@@ -444,7 +445,7 @@ def test_m_rope_family_counts_cells_not_positions(tmp_path: Path) -> None:
         assert qwen.count_prompt_tokens(request) == usage.prompt_tokens
         again = qwen.generate(ask(image, system=None, logprobs=3))
         assert again.token_ids == first.token_ids
-        # Everything but the prompt's tail came from the cache: cells, image included.
+        # Everything but the prompt's last chunk came from the cache: cells, image included.
         assert repeat_kept_all(again)
         follow_up = qwen.generate(ask(image, "And the colours?", system=None))
         assert follow_up.usage.cached_prompt_tokens > usage.prompt_image_tokens

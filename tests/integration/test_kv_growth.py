@@ -87,8 +87,8 @@ def test_streams_grow_only_when_a_sequence_needs_more(
         long = engine.generate(again(LONG))
         assert long.usage.prompt_tokens > 512
         assert engine.stats().kv_cells_allocated == 2 * 1024  # doubled until the prompt fit
-        # The short chat's cells were carried over: asked again, all but its tail (the
-        # assistant's header) are cached, and the answer is the same.
+        # The short chat's cells were carried over: asked again, all but its last chunk (the
+        # question and the assistant's header) are cached, and the answer is the same.
         repeat = engine.generate(again(SHORT))
         assert repeat_kept_all(repeat)
     assert short.token_ids == repeat.token_ids == whole[0].token_ids

@@ -57,8 +57,8 @@ def test_a_restarted_engine_restores_the_prompt_instead_of_evaluating_it(
         same = engine.generate(_request("What is rule 3?"))
         other = engine.generate(_request("Who wrote the handbook?"))
         assert idle_and_freed(wait_for(engine, idle_and_freed))
-    # The whole prompt but its tail (the assistant's header, read with the last token) came
-    # from disk, and the answer is the same.
+    # The whole prompt but its last chunk (the question and the assistant's header, read with
+    # the last token) came from disk, and the answer is the same.
     assert repeat_kept_all(same)
     agree_up_to_a_tie(cold, same, TIE_NATS)
     # Another question after the same system prompt restores the shared prefix.

@@ -1,9 +1,10 @@
 """The second wave: chats over one system prompt, then more chats over it right after.
 
-A chat turn's end is a chunk edge of the prefill layout, so each chat of the first wave but
-the first takes the system turn's cells whole from the one reading it, each chat of the second
-keeps them whole from the cache, and neither reads the system prompt's tail after its last
-block edge again. The answers stay those of each request read alone (deterministic mode).
+A chat turn's end, with the next turn's header, is a chunk edge of the prefill layout, so each
+chat of the first wave but the first takes the system turn's cells whole from the one reading
+it, each chat of the second keeps them whole from the cache, and neither reads the system
+prompt's tail after its last block edge again. The answers stay those of each request read
+alone (deterministic mode).
 """
 
 from __future__ import annotations
@@ -50,18 +51,20 @@ def test_the_second_wave_keeps_the_whole_system_turn(smollm_path: Path) -> None:
     )
     with Engine(config) as engine:
         prompt = engine.prompt_tokens(_chat(FIRST[0]))
-        turn_end = 1 + next(
-            i for i, token in enumerate(prompt) if engine.token_piece(token) == b"<|im_end|>"
-        )
+        pieces = [engine.token_piece(token) for token in prompt]
+        turn_end = 1 + pieces.index(b"<|im_end|>")
+        # The edge: after the user's header that follows ("\n<|im_start|>user\n").
+        edge = 1 + pieces.index(b"\n", turn_end + 1)
+        assert edge == turn_end + 4
         # Past the first block and off the 64-position grid: a block edge alone keeps less.
-        assert turn_end > 64 and turn_end % 64
+        assert edge > 64 and edge % 64
         first = _wave(engine, FIRST)
         second = _wave(engine, SECOND)
         # The first wave: one reads the system turn, the others take its cells in flight (or
         # from its slot, when they come after it read them).
-        assert sorted(a.usage.cached_prompt_tokens for a in first) == [0, turn_end, turn_end]
+        assert sorted(a.usage.cached_prompt_tokens for a in first) == [0, edge, edge]
         # The second wave keeps the whole system turn from the cache: each reads its question.
-        assert [a.usage.cached_prompt_tokens for a in second] == [turn_end] * len(SECOND)
+        assert [a.usage.cached_prompt_tokens for a in second] == [edge] * len(SECOND)
         alone = []
         for question in [*FIRST, *SECOND]:
             engine.clear_cache()

@@ -9,13 +9,15 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llamacpp_integrations.engine.batch import SHORT_TAIL, PrefillLayout
+from llamacpp_integrations.engine.batch import HEADER_SPAN, SHORT_TAIL, PrefillLayout, common_prefix
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
 from llamacpp_integrations.engine.worker.sequences import SeqState
 
 END = 2  # the turn-end token of these tests
+NL = 1  # their line break
 TURNS = PrefillLayout.with_lead_edges(64, marks=frozenset({END}))
 GRID = PrefillLayout.with_lead_edges(64)
+HEADERS = PrefillLayout.with_lead_edges(64, marks=frozenset({END}), header_ends=frozenset({NL}))
 SYSTEM = [*range(10, 110), END]  # a 101-token system turn: its end at position 101
 
 
@@ -81,13 +83,13 @@ def test_only_a_long_tail_reads_its_last_token_alone() -> None:
     assert TURNS.splits_last(n, [*prompt[:-1], END]) == TURNS.splits_last(n, prompt)
 
 
-@given(st.lists(st.sampled_from([END, 3, 4, 5]), max_size=150))
+@given(st.lists(st.sampled_from([END, NL, 3, 4, 5]), max_size=150))
 def test_the_edges_below_a_position_are_those_reading_the_prompt_makes(
     prompt: list[int],
 ) -> None:
     # What a cached prompt may keep (edge_at_or_below) and where reading it cuts (next_edge)
-    # agree, whatever the turn ends: an edge depends on the tokens before it alone.
-    for layout in (TURNS, GRID):
+    # agree, whatever the turn ends and headers: an edge depends on the tokens before it alone.
+    for layout in (TURNS, GRID, HEADERS):
         edges, start = {0}, 0
         while start < len(prompt):
             start = min(layout.next_edge(start, prompt), len(prompt))
@@ -144,3 +146,101 @@ def test_the_second_wave_reads_only_its_questions() -> None:
         assert [seq.n_reused for seq in warm] == [kept] * 4
         n_question = len(_question(0))
         assert read == [len(SYSTEM) - kept + n_question] * 4
+
+
+# ---- turn edges after the next turn's header (a model whose headers end with a line break) ----
+
+START, USER, ASSISTANT = 7, 8, 9  # <|im_start|>, the roles
+
+
+def _turn(role: int, content: Sequence[int]) -> list[int]:
+    """A ChatML-like turn: its header, its content, its end and the line break after it."""
+    return [START, role, NL, *content, END, NL]
+
+
+CHAT_SYSTEM = _turn(USER - 1, range(20, 35))  # 20 tokens: the header, 15 of text, end, break
+USER_HEADER = len(CHAT_SYSTEM) + 3  # the edge after the next turn's header
+GENERATION = [START, ASSISTANT, NL]  # the assistant's header that ends every chat prompt
+
+
+def _chat(question: Sequence[int]) -> list[int]:
+    """The system turn, one question, and the assistant's header."""
+    return [*CHAT_SYSTEM, *_turn(USER, question), *GENERATION]
+
+
+def test_a_turn_edge_falls_after_the_next_turns_header() -> None:
+    prompt = _chat(range(40, 52))
+    user_header = USER_HEADER
+    assert prompt[user_header - 1] == NL and prompt[user_header - 3] == START
+    # Lead edges up to the system turn's end, a chunk through the user's header, then the
+    # question, its end and the assistant's header in one decode: the prompt ends on an edge.
+    assert _chunks(HEADERS, prompt) == [(0, 8), (8, 16), (16, user_header), (user_header, 40)]
+    assert HEADERS.edge_at_or_below(40, prompt) == 40
+    assert HEADERS.edge_at_or_below(39, prompt) == user_header
+    assert not HEADERS.splits_last(len(prompt), prompt)
+    # The mark's own edge is gone: a turn end and a header are read together.
+    assert HEADERS.edge_at_or_below(user_header - 1, prompt) == 16
+
+
+def test_a_new_question_keeps_the_next_header_and_reads_in_one_decode() -> None:
+    first, other = _chat(range(40, 52)), _chat(range(60, 75))
+    shared = common_prefix(first, other)
+    assert shared == USER_HEADER  # the system turn and the user's header
+    kept = HEADERS.kept(shared, len(other), {}, exact=40, cached_prompt=40, tokens=other)
+    assert kept == USER_HEADER
+    assert [c for c in _chunks(HEADERS, other) if c[0] >= kept] == [(kept, len(other))]
+
+
+def test_a_chat_prompt_counts_its_last_cell_as_exact() -> None:
+    prompt = _chat(range(40, 52))
+    n = len(prompt)
+    # Read whole to an edge: a longer prompt cuts there too, so every cell is exact...
+    assert HEADERS.exact_after(n, n, prompt) == n
+    assert HEADERS.exact_after(USER_HEADER, n, prompt) == USER_HEADER
+    # ... and the follow-up (the answer, the next question) keeps all of the first prompt.
+    answer = [100, 101, 102, END, NL]
+    follow_up = [*prompt, *answer, *_turn(USER, range(80, 90)), *GENERATION]
+    kept = HEADERS.kept(n + 3, len(follow_up), {}, exact=n, cached_prompt=n, tokens=follow_up)
+    assert kept == n
+    # The same prompt again reads its question with the header (its last token's logits).
+    assert HEADERS.kept(n, n, {}, exact=n, cached_prompt=n, tokens=prompt) == USER_HEADER
+    # Without the headers' line breaks the last cell is never exact.
+    assert TURNS.exact_after(n, n, prompt) == n - 1
+    # A prompt that stops inside a header is not on an edge: its last cell is not exact.
+    cut = prompt[:-1]
+    assert not HEADERS.splits_last(len(cut), cut)
+    assert HEADERS.exact_after(len(cut), len(cut), cut) == len(cut) - 1
+
+
+def test_whether_a_header_is_read_whole_depends_on_the_tokens_before_the_last() -> None:
+    long_question = range(40, 40 + 2 * SHORT_TAIL)
+    prompt = _chat(long_question)
+    n = len(prompt)
+    assert not HEADERS.splits_last(n, prompt)
+    assert HEADERS.splits_last(n, [*prompt[:-1], 3]) == HEADERS.splits_last(n, prompt)
+    # A long tail with no turn end before it reads its last token alone, as before.
+    plain = [*CHAT_SYSTEM, *range(40, 40 + 2 * SHORT_TAIL)]
+    assert HEADERS.splits_last(len(plain), plain)
+
+
+def test_a_model_without_line_breaks_keeps_the_turn_end_edge() -> None:
+    prompt = _chat(range(40, 52))
+    assert HEADERS.edge_at_or_below(USER_HEADER - 1, prompt) == 16
+    assert TURNS.edge_at_or_below(USER_HEADER - 1, prompt) == 19  # right after the turn's end
+    # Too far from its mark, a line break is no header's end: no turn edge at all.
+    far = [*range(10, 20), END, *range(30, 30 + HEADER_SPAN), NL, 5, 6]
+    assert HEADERS.edge_at_or_below(len(far), far) == 8
+
+
+def test_a_follow_up_keeps_the_whole_prompt_before_it() -> None:
+    # Through the scheduler: the first prompt read (its last cell counted exact), released
+    # with its answer cached; the next turn keeps the whole first prompt and reads the rest.
+    scheduler = Scheduler(n_seq_max=2, n_batch=512, layout=HEADERS)
+    prompt = _chat(range(40, 52))
+    seq = scheduler.admit("first", prompt)
+    while seq.n_past < len(prompt):
+        scheduler.decoded(scheduler.plan())
+    assert seq.slot.exact == len(prompt)
+    scheduler.release(seq, keep_cache=True)
+    follow_up = [*prompt, 100, 101, END, NL, *_turn(USER, range(80, 90)), *GENERATION]
+    assert scheduler.admit("next", follow_up).n_reused == len(prompt)

@@ -147,6 +147,14 @@ class LoadedModel:
         found = (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_eot(self._vocab))
         return frozenset(token for token in found if token >= 0 and self.is_eog(token))
 
+    def line_breaks(self) -> frozenset[int]:
+        """The tokens that are one or two line breaks and nothing else: what chat templates
+        end a turn's header with ("<|im_start|>user\\n"), where the prefill layout puts a turn's
+        chunk edge."""
+        texts = ("\n", "\n\n")
+        found = (self.tokenize(text, add_special=False, parse_special=False) for text in texts)
+        return frozenset(tokens[0] for tokens in found if len(tokens) == 1)
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return tokenize(self._vocab, text, add_special=add_special, parse_special=parse_special)
 

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Hashable, Mapping, Sequence
 
-from ..batch import LEAD_PARTS, SHORT_TAIL, PrefillLayout
+from ..batch import HEADER_SPAN, LEAD_PARTS, SHORT_TAIL, PrefillLayout
 from ..config import EngineConfig
 from ..native.runner import GenerationContext
 from ..native.weights import LoadedModel
@@ -41,7 +41,7 @@ def state_identity(model: LoadedModel, config: EngineConfig) -> str:
         "prefill": [
             config.prefill_block_size,
             LEAD_PARTS,
-            "turn ends, else lead edges",
+            f"turn ends or the headers after them (within {HEADER_SPAN}), else lead edges",
             f"tails of at most {SHORT_TAIL} whole",
         ],
         "mmproj": _file_identity(config.mmproj),
@@ -111,13 +111,13 @@ class SavedPrompts:
         found = self.files.find(prompt, shared)
         if found is None:
             return n_reused
-        # A saved state holds a whole prompt, read in the layout up to its last token.
+        # A saved state holds a whole prompt, read in the layout.
         saved = len(found.tokens)
         n = layout.kept(
             found.n_shared,
             len(prompt),
             image_spans,
-            exact=saved - 1,
+            exact=layout.exact_after(saved, saved, found.tokens),
             cached_prompt=saved,
             tokens=prompt,
         )

@@ -82,7 +82,7 @@ class EngineCore:
         self.config = config
         self.inbox = inbox
         self.board = StatsBoard()
-        self.scheduler = Scheduler.of(config, model.turn_ends())
+        self.scheduler = Scheduler.of(config, model.turn_ends(), model.line_breaks())
         self.cells = SequenceCells(
             model, config, kv=kv, layout=self.scheduler.layout, index=self.scheduler.index
         )

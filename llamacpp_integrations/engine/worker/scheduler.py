@@ -88,14 +88,23 @@ class Scheduler:
         self._clock = 0
 
     @classmethod
-    def of(cls, config: EngineConfig, turn_ends: frozenset[int] = frozenset()) -> Scheduler:
+    def of(
+        cls,
+        config: EngineConfig,
+        turn_ends: frozenset[int] = frozenset(),
+        header_ends: frozenset[int] = frozenset(),
+    ) -> Scheduler:
         """The scheduler of an engine made with ``config``; ``turn_ends``: the model's
-        end-of-turn tokens (a chunk edge falls after each, see ``batch.py``)."""
+        end-of-turn tokens, ``header_ends``: its line breaks (a chunk edge falls after each
+        turn's end, or after the next turn's header: see ``batch.py``)."""
         return cls(
             config.n_seq_max,
             config.n_batch,
             PrefillLayout.with_lead_edges(
-                config.prefill_block_size, exact_keeps=not config.kv_unified, marks=turn_ends
+                config.prefill_block_size,
+                exact_keeps=not config.kv_unified,
+                marks=turn_ends,
+                header_ends=header_ends,
             ),
             deterministic=config.deterministic,
             prefix_sharing=config.prefix_sharing,
@@ -325,10 +334,10 @@ class Scheduler:
             seq, entry = plan.entries[index]
             slot = seq.slot
             if seq.status is SeqStatus.PREFILL and entry.start_pos == slot.exact:
+                # The last prompt token's cell counts only where a longer prompt would make
+                # it alike: the prompt ends on an edge, its last chunk read whole.
                 end = entry.start_pos + len(entry.tokens)
-                # The last prompt token is read alone or in a short tail no edge ends: its
-                # cell is not one a longer prompt would make, so it never counts as exact.
-                slot.exact = min(end, len(seq.prompt) - 1)
+                slot.exact = self.layout.exact_after(end, len(seq.prompt), seq.prompt)
             slot.extend(entry.tokens)
             if seq.status is SeqStatus.PREFILL and seq.n_past == len(seq.prompt):
                 seq.status = SeqStatus.DECODE
