@@ -12,7 +12,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from llamacpp_integrations.engine import ChatMessage, ChatRequest, Completion, Engine, EngineConfig
+from tests.conformance.real_templates import template_dir
 
 from .helpers import GREEDY
 
@@ -71,3 +74,32 @@ def test_the_second_wave_keeps_the_whole_system_turn(smollm_path: Path) -> None:
             alone.append(engine.generate(_chat(question)))
     assert [a.token_ids for a in [*first, *second]] == [a.token_ids for a in alone]
     assert all(a.usage.cached_prompt_tokens == 0 for a in alone)
+
+
+@pytest.mark.parametrize("model", ["smollm_path", "gemma_path"])
+def test_the_next_turn_keeps_the_whole_prompt_before_it(
+    model: str, request: pytest.FixtureRequest
+) -> None:
+    # Both models' turn headers end with a line break (SmolLM2's own ChatML template; Gemma's
+    # GGUF has none, so Gemma 2's published one, the same turns), so a chat's prompt ends on an
+    # edge, after the assistant's header, and the next turn keeps all of it from the cache.
+    template = None
+    if model == "gemma_path":
+        template = (template_dir() / "google-gemma-2-2b-it.jinja").read_text()
+    config = EngineConfig(
+        model=str(request.getfixturevalue(model)),
+        n_seq_max=2,
+        n_ctx_per_seq=1024,
+        realign_when_idle=False,
+        chat_template=template,
+    )
+    question = ChatMessage(role="user", content=FIRST[0])
+    with Engine(config) as engine:
+        first = engine.generate(ChatRequest(messages=[question], max_tokens=12, sampling=GREEDY))
+        messages = [
+            question,
+            ChatMessage(role="assistant", content=first.text),
+            ChatMessage(role="user", content=SECOND[0]),
+        ]
+        second = engine.generate(ChatRequest(messages=messages, max_tokens=4, sampling=GREEDY))
+    assert second.usage.cached_prompt_tokens == first.usage.prompt_tokens
