@@ -200,10 +200,8 @@ class PrefillLayout:
         if not self.header_ends:
             return False
         for i in range(last - 1, max(0, last - HEADER_SPAN) - 1, -1):
-            if tokens[i] in self.marks:
-                return i + 2 <= last and not any(
-                    t in self.header_ends for t in tokens[i + 2 : last]
-                )
+            if tokens[i] in self.marks:  # the last turn end: its header has no edge yet
+                return i + 2 <= last and self._turn_edge(i, tokens[:last]) is None
         return False
 
     def _lead_end(self, tokens: Sequence[int], n: int) -> int:
