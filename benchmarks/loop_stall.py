@@ -43,10 +43,12 @@ from typing import Any
 import results
 from langchain_core.messages import HumanMessage, SystemMessage
 from llama_index.core.llms import ChatMessage
+from loop_floor import DecodeThread, all_floor_calls
 
 from llamacpp_integrations.engine import Engine, EngineConfig
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
+from llamacpp_integrations.models import resolve_model_path
 
 SYSTEM = (
     "You are a concise assistant. Answer in one short sentence. "
@@ -153,6 +155,55 @@ def summary(n: int, runs: list[dict[str, float]], every_gap: list[float]) -> dic
     }
 
 
+async def measure(name: str, call: Call, n: int, repeat: int, round_index: int) -> dict[str, Any]:
+    """One row: ``repeat`` runs of ``n`` concurrent calls, printed as it ends."""
+    runs = []
+    every_gap: list[float] = []
+    GC.clear()
+    for index in range(repeat):
+        gaps, wall = await one_level(call, n, round_index + index + 1)
+        every_gap += gaps
+        runs.append(
+            {
+                "max_gap_ms": max(gaps) * 1000,
+                "p99_gap_ms": percentile(sorted(gaps), 0.99) * 1000,
+                "wall_s": wall,
+            }
+        )
+    row = {
+        "adapter": name,
+        **summary(n, runs, every_gap),
+        "longest_gc_pass_ms": GC.longest_ms(),
+        "gc_passes": {f"gen{g}": len(s) for g, s in GC.seconds.items()},
+    }
+    print(
+        f"{name:>17} {n:>10} {row['longest_gap_ms']:>11.1f} {row['p99_all_gaps_ms']:>7.1f} "
+        f"{row['wall_s']:>7.2f}  longest gc pass {row['longest_gc_pass_ms']}"
+    )
+    return row
+
+
+async def floors(
+    args: argparse.Namespace, levels: list[int], threads: int, round_index: int
+) -> list[dict[str, Any]]:
+    """The rows of the floors (``loop_floor.py``), after the engine is closed: a bare decode
+    thread of ``threads`` threads and ``n`` sequences, under nothing, then under each
+    framework's stand-in model."""
+    rows = []
+    loop = asyncio.get_running_loop()
+    model = str(resolve_model_path(args.model))
+    for n in levels:
+        decode = DecodeThread(model, n, threads)
+        decode.start(loop)
+        try:
+            for name, call in all_floor_calls(decode, args.max_tokens, SYSTEM):
+                rows.append(await measure(f"{name} floor", call, n, args.repeat, round_index))
+                round_index += args.repeat
+        finally:
+            await asyncio.to_thread(decode.close)
+    return rows
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -162,6 +213,9 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument(
         "--threads", type=int, default=None, help="decode threads (default: the engine's)"
+    )
+    parser.add_argument(
+        "--no-floor", dest="floor", action="store_false", help="skip the floors (loop_floor.py)"
     )
     parser.add_argument("--slow-callbacks", action="store_true", help="log callbacks of 4 ms+")
     parser.add_argument("--json", default=None, help="also write the results to this file")
@@ -177,38 +231,16 @@ async def main() -> None:
     engine = await asyncio.to_thread(Engine, config)
     calls = adapters(engine, args.max_tokens)
     await calls["ainvoke"]("warm up")  # the first decode; not measured
-    print(f"{'adapter':>10} {'concurrent':>10} {'longest ms':>11} {'p99 ms':>7} {'wall s':>7}")
+    print(f"{'adapter':>17} {'concurrent':>10} {'longest ms':>11} {'p99 ms':>7} {'wall s':>7}")
     round_index = 0
     rows: list[dict[str, Any]] = []
     for adapter in args.adapters.split(","):
         for n in levels:
-            runs = []
-            every_gap: list[float] = []
-            GC.clear()
-            for _ in range(args.repeat):
-                round_index += 1
-                gaps, wall = await one_level(calls[adapter], n, round_index)
-                every_gap += gaps
-                runs.append(
-                    {
-                        "max_gap_ms": max(gaps) * 1000,
-                        "p99_gap_ms": percentile(sorted(gaps), 0.99) * 1000,
-                        "wall_s": wall,
-                    }
-                )
-            row = {
-                "adapter": adapter,
-                **summary(n, runs, every_gap),
-                "longest_gc_pass_ms": GC.longest_ms(),
-                "gc_passes": {f"gen{g}": len(s) for g, s in GC.seconds.items()},
-            }
-            print(
-                f"{adapter:>10} {n:>10} {row['longest_gap_ms']:>11.1f} "
-                f"{row['p99_all_gaps_ms']:>7.1f} {row['wall_s']:>7.2f}  longest gc pass "
-                f"{row['longest_gc_pass_ms']}"
-            )
-            rows.append(row)
+            rows.append(await measure(adapter, calls[adapter], n, args.repeat, round_index))
+            round_index += args.repeat
     await asyncio.to_thread(engine.close)
+    if args.floor:
+        rows += await floors(args, levels, config.threads, round_index)
     settings = {
         "model": args.model,
         "adapters": {
