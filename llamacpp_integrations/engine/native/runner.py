@@ -161,6 +161,9 @@ class GenerationContext(NativeContext):
         self._fields = (batch.token, batch.pos, batch.n_seq_id, batch.logits)
         self._seq_ids = [batch.seq_id[i] for i in range(n_batch)]
         self._views: dict[int, npt.NDArray[np.float32]] = {}  # logits rows by address
+        # The logits tables of ``argmax_rows`` by address and row count: making a view costs
+        # tens of microseconds right after a decode (its caches are cold), a lookup does not.
+        self._tables: dict[tuple[int, int], npt.NDArray[np.float32]] = {}
         self._outputs: list[int] = []  # the last decode's batch indices that have logits
 
     def _settings(self) -> dict[str, Any]:
@@ -232,7 +235,11 @@ class GenerationContext(NativeContext):
         ptr = llama_cpp.llama_get_logits(self._ctx)
         if not ptr:
             raise EngineError("internal: the last decode kept no logits")
-        table = np.ctypeslib.as_array(ptr, shape=(len(outputs), self._n_vocab))
+        key = (ctypes.addressof(ptr.contents), len(outputs))
+        table = self._tables.get(key)  # llama.cpp keeps its output buffer between decodes
+        if table is None:
+            shape = (len(outputs), self._n_vocab)
+            table = self._tables[key] = np.ctypeslib.as_array(ptr, shape=shape)
         if list(indices) == outputs:  # every row: the usual step, no copy
             return [int(token) for token in table.argmax(axis=1)]
         row_of = {index: row for row, index in enumerate(outputs)}
