@@ -54,10 +54,11 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     SamplingParams,
 )
-from llamacpp_integrations.engine.channel import EventChannel, Outbox
+from llamacpp_integrations.engine.channel import EventChannel
 from llamacpp_integrations.engine.native.runner import GenerationContext
 from llamacpp_integrations.engine.native.sampler import SamplerChain
 from llamacpp_integrations.engine.native.weights import LoadedModel
+from llamacpp_integrations.engine.outbox import Outbox
 from llamacpp_integrations.engine.worker.active import ActiveRequest
 from llamacpp_integrations.engine.worker.core import EngineCore
 from llamacpp_integrations.engine.worker.output import OutputProcessor

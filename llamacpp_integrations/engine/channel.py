@@ -11,11 +11,7 @@ already waiting for it as one: the loop wakes once per read whatever the backlog
 never holds it for a run of chunks, and a slow reader pays its per-chunk cost once per batch of
 tokens instead of once per token.
 
-A step's tokens reach their event loops through an ``Outbox``: one hand-over per loop per step
-instead of one per stream. Each hand-over writes to the loop's wake-up socket, which lets go of
-the GIL; the loop thread, woken by the first, takes it, and the worker then waits for it back
-(up to Python's switch interval while the loop runs its readers). Sixteen streams cost sixteen
-such waits a step; gathered, they cost one.
+A worker step's events reach their callers through an ``Outbox`` (``outbox.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from dataclasses import replace
 from ..errors import EngineClosedError, RequestCancelledError
 from .results import Completion, StreamChunk, TokenLogprob
 
-__all__ = ["EventChannel", "Outbox", "RequestHandle"]
+__all__ = ["EventChannel", "RequestHandle"]
 
 _POLL_S = 0.5
 
@@ -66,7 +62,7 @@ class EventChannel:
         """The event loop that reads this channel (``None``: a thread reads it)."""
         return self._loop
 
-    def _put_on_loop(self, event: object) -> None:
+    def put_on_loop(self, event: object) -> None:
         """Queue an event, on the reading loop's thread (what ``put`` schedules there)."""
         assert self._async is not None
         self._async.put_nowait(event)
@@ -122,40 +118,6 @@ class EventChannel:
             self._held = event  # an error ends the stream after the tokens before it
             return _merged(waiting)
         return _merged([*waiting, event])
-
-
-class Outbox:
-    """Events for channels, gathered over one worker step and handed to each event loop at
-    once by ``flush`` (a thread's channel gets its events at once: that hand-over holds the GIL).
-    Only the worker thread uses it; a channel's events keep their order as long as everything
-    put on it directly comes after the flush of the step that gathered its chunks."""
-
-    def __init__(self) -> None:
-        self._by_loop: dict[asyncio.AbstractEventLoop, list[tuple[EventChannel, object]]] = {}
-
-    def put(self, channel: EventChannel, event: object) -> None:
-        loop = channel.loop
-        if loop is None:
-            channel.put(event)
-        else:
-            self._by_loop.setdefault(loop, []).append((channel, event))
-
-    def flush(self) -> list[EventChannel]:
-        """Hand every gathered event to its loop; the channels whose loop was closed (nobody
-        will read them: their requests are to be cancelled)."""
-        gone: list[EventChannel] = []
-        by_loop, self._by_loop = self._by_loop, {}
-        for loop, events in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_deliver, events)
-            except RuntimeError:  # the loop was closed
-                gone.extend(channel for channel, _ in events)
-        return gone
-
-
-def _deliver(events: list[tuple[EventChannel, object]]) -> None:
-    for channel, event in events:
-        channel._put_on_loop(event)
 
 
 def _merged(chunks: Sequence[StreamChunk]) -> StreamChunk:

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from llamacpp_integrations.engine.channel import EventChannel, Outbox
+from llamacpp_integrations.engine.channel import EventChannel
 from llamacpp_integrations.engine.embedding.job import EmbedJob
+from llamacpp_integrations.engine.outbox import Outbox
 from llamacpp_integrations.engine.results import StreamChunk, Usage
 from llamacpp_integrations.engine.worker.inbox import Inbox
 from llamacpp_integrations.errors import EngineClosedError, EngineOverloadedError
@@ -158,7 +159,7 @@ def test_merged_chunks_end_with_the_request_and_an_error_comes_after_its_tokens(
     assert isinstance(before, StreamChunk) and before.text == "c" and error is failure
 
 
-def test_an_outbox_hands_a_steps_chunks_to_each_loop_at_once_and_in_order() -> None:
+def test_an_outbox_hands_what_it_gathered_over_at_the_flush_each_loop_at_once() -> None:
     loop = asyncio.new_event_loop()
     handed: list[int] = []
     schedule = loop.call_soon_threadsafe
@@ -176,9 +177,16 @@ def test_an_outbox_hands_a_steps_chunks_to_each_loop_at_once_and_in_order() -> N
             outbox.put(first, _chunk(f"a{i}", i))
             outbox.put(second, _chunk(f"b{i}", i))
         outbox.put(by_thread, _chunk("t", 0))
-        assert by_thread.get(lambda: True) == _chunk("t", 0)  # a thread's channel: at once
-        assert first._async is not None and first._async.empty()  # the loop's: at the flush
-        assert outbox.flush() == [] and len(handed) == 1  # one hand-over for six chunks
+        outbox.put(by_thread, _chunk("u", 1))
+        assert by_thread._sync is not None and by_thread._sync.empty()  # all at the flush
+        assert first._async is not None and first._async.empty()
+        assert outbox
+        assert outbox.flush() == []
+        assert not outbox
+        outbox.close()  # its waker's thread hands the loop's events over, then ends
+        assert len(handed) == 1  # one hand-over for six chunks
+        assert by_thread.get(lambda: True) == _chunk("t", 0)  # a thread's: in order
+        assert by_thread.get(lambda: True) == _chunk("u", 1)
 
         async def read(channel: EventChannel) -> str:
             event = await channel.aget(lambda: True)
@@ -191,3 +199,26 @@ def test_an_outbox_hands_a_steps_chunks_to_each_loop_at_once_and_in_order() -> N
         loop.close()
     outbox.put(first, _chunk("late", 3))
     assert outbox.flush() == [first]  # its loop is gone: the request is to be cancelled
+
+
+def test_an_outbox_reports_a_loop_that_closed_while_its_waker_handed_events_over() -> None:
+    loop = asyncio.new_event_loop()
+
+    def closed(*args: Any) -> Any:
+        raise RuntimeError("Event loop is closed")
+
+    loop.call_soon_threadsafe = closed  # type: ignore[method-assign]
+    channel = EventChannel(loop)
+    outbox = Outbox()
+    try:
+        outbox.put(channel, _chunk("a", 0))
+        assert outbox.flush() == []  # open when flushed: handed to the waker
+        deadline = time.monotonic() + 5
+        gone: list[EventChannel] = []
+        while not gone and time.monotonic() < deadline:
+            time.sleep(0.01)
+            gone = outbox.flush()  # a later flush reports what the waker could not hand over
+        assert gone == [channel]
+    finally:
+        outbox.close()
+        loop.close()

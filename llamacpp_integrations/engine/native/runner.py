@@ -228,7 +228,7 @@ class GenerationContext(NativeContext):
 
         One numpy call for the step's greedy rows instead of one per row: numpy lets go of the
         GIL for each call, and a worker that lets go of it waits to get it back from the event
-        loop's thread (see ``channel.Outbox``). llama.cpp keeps the rows of the tokens that
+        loop's thread (see ``outbox.py``). llama.cpp keeps the rows of the tokens that
         asked for logits together, in the batch's order (``llama_get_logits``).
         """
         outputs = self._outputs

@@ -52,7 +52,7 @@ from .room import (
     give_way,
     plan_growth,
 )
-from .sampling import Sampling
+from .sampling import Sampling, readers_gone
 from .scheduler import Scheduler
 from .sequences import ImageStep, Join, SeqState, StepPlan
 from .stats import StatsBoard, snapshot
@@ -149,6 +149,7 @@ class EngineCore:
         self._expire(now)
         if batch.requests or batch.cancels or batch.calls:
             self.publish()
+        self.hand_over()  # what a cancel or a timeout ended
 
     def step(self) -> None:
         """One generation step and one embedding batch, each if there is work for it."""
@@ -161,7 +162,18 @@ class EngineCore:
             if self.board.due(start):  # at most every few ms; what ends a request publishes
                 self.publish()
             self.embeds.chat_stepped(time.perf_counter() - start)
+        if self.embeds or not self.scheduler.running:
+            self.hand_over()  # no chat decode comes next: the step's events go now
         self.embeds.step(chatting=chatting)
+
+    def hand_over(self) -> None:
+        """Hand the events gathered since the last hand-over to their callers (``Outbox``);
+        the requests whose event loop is gone are cancelled. Called right before a decode, so
+        that the callers read while the kernels run, and before the worker would wait."""
+        outbox = self.sampling.outbox
+        while outbox:
+            for ending in readers_gone(self.active, outbox.flush()):
+                self._finish(ending.active, ending.reason)
 
     @property
     def can_realign(self) -> bool:
@@ -250,6 +262,8 @@ class EngineCore:
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
+        if self.speculation is not None:
+            self.hand_over()  # drafting decodes with the draft model first
         plan = self.scheduler.plan(self.sampling.drafts(self.active))
         if self.cells.can_grow:  # not once streams are whole: no work per step then
             needs = cells_needed(plan, {r: a.prepared for r, a in self.active.items()})
@@ -260,6 +274,8 @@ class EngineCore:
             self._decode_group(plan, group)
         if plan.image is not None:
             self._decode_image(plan.image)
+        if not plan.groups and plan.image is None:
+            self.hand_over()  # nothing decoded (every stream paused): nothing to wait for
 
     # ---- room in the KV cache -------------------------------------------------------------
 
@@ -301,6 +317,7 @@ class EngineCore:
                 self.context.use_lora(plan.entries[group[0]][0].lora)
             return self.context.decode([plan.entries[index][1] for index in group])
 
+        self.hand_over()
         try:
             status = decode()
             if status == DecodeStatus.NO_KV_SLOT:
@@ -373,6 +390,7 @@ class EngineCore:
             return self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
 
         self.context.use_lora(step.seq.lora)
+        self.hand_over()
         code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
         if code == DecodeStatus.NO_KV_SLOT:
             code = self._retry_with_room(evaluate_again, step.n_pos)
@@ -406,9 +424,10 @@ class EngineCore:
         if request.media is not None:
             request.media.close()
         del self.active[request.request_id]
-        # The stats show the request gone before its caller hears it ended.
+        # The stats show the request gone before its caller hears it ended; the event follows
+        # the request's chunks through the outbox, handed over with them.
         self.publish()
-        request.channel.put(event)
+        self.sampling.outbox.put(request.channel, event)
 
     def _cancel(self, request_id: str) -> None:
         active = self.active.get(request_id)
@@ -443,6 +462,10 @@ class EngineCore:
             request.refuse(EngineClosedError(reason, request_id=request.request_id))
         for active in list(self.active.values()):
             self._finish(active, "error", error=EngineClosedError(reason))
+        try:
+            self.hand_over()
+        finally:
+            self.sampling.outbox.close()
         self.embeds.close(lambda: EngineClosedError(reason))
         self.cells.close()
         if self.speculation is not None:

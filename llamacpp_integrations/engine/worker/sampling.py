@@ -16,9 +16,10 @@ from functools import cached_property
 
 from ...errors import EngineError
 from ..batch import BatchEntry
-from ..channel import EventChannel, Outbox
+from ..channel import EventChannel
 from ..native.runner import GenerationContext
 from ..native.weights import LoadedModel
+from ..outbox import Outbox
 from ..results import FinishReason
 from ..speculation.step import DraftAsk, SpeculationStep
 from .active import ActiveRequest
@@ -26,7 +27,7 @@ from .logprobs import LogprobComputer
 from .scheduler import Scheduler
 from .sequences import SeqState, SeqStatus
 
-__all__ = ["Ending", "Sampling"]
+__all__ = ["Ending", "Sampling", "readers_gone"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,9 @@ class Sampling:
         self.scheduler = scheduler
         self.speculation = speculation
         self.n_ctx_per_seq = n_ctx_per_seq
-        self.outbox = Outbox()  # the step's chunks, handed to their callers at its end
+        # The step's chunks, handed over by the core right before its next decode
+        # (``EngineCore.hand_over``).
+        self.outbox = Outbox()
         # What llama.cpp says of a token never changes: asked once per token (two ctypes calls
         # a token otherwise), kept for the engine's life (at most the vocabulary).
         self._eog: dict[int, bool] = {}
@@ -95,26 +98,21 @@ class Sampling:
         the requests that ended."""
         endings: list[Ending] = []
         greedy = _greedy_rows(context, pairs, actives)
-        try:
-            for seq, entry in pairs:
-                if entry.logits_all:
-                    ending = self._verify(context, actives[seq.request_id], entry, now)
-                elif entry.logits_last:
-                    active = actives[seq.request_id]
-                    token = active.next_forced()  # a reasoning budget that ran out
-                    if token is None:
-                        index = entry.logits_index
-                        token = active.sampler.sample(context, index, greedy.get(index))
-                    ending = self._take(context, active, token, now, entry.logits_index)
-                else:
-                    continue  # a prompt chunk before its last token
-                if ending is not None:
-                    endings.append(ending)
-        finally:
-            # Before the core finishes the requests that ended (or fails the step), so every
-            # chunk reaches its caller ahead of its request's end
-            gone = self.outbox.flush()
-        return endings + _cancelled(actives, endings, gone)
+        for seq, entry in pairs:
+            if entry.logits_all:
+                ending = self._verify(context, actives[seq.request_id], entry, now)
+            elif entry.logits_last:
+                active = actives[seq.request_id]
+                token = active.next_forced()  # a reasoning budget that ran out
+                if token is None:
+                    index = entry.logits_index
+                    token = active.sampler.sample(context, index, greedy.get(index))
+                ending = self._take(context, active, token, now, entry.logits_index)
+            else:
+                continue  # a prompt chunk before its last token
+            if ending is not None:
+                endings.append(ending)
+        return endings
 
     def _take(
         self,
@@ -202,18 +200,15 @@ class Sampling:
         return LogprobComputer(self.model)
 
 
-def _cancelled(
-    actives: Mapping[str, ActiveRequest], endings: Sequence[Ending], gone: list[EventChannel]
-) -> list[Ending]:
-    """The requests whose caller's event loop is gone (their chunks could not be handed over),
-    but for those that ended anyway."""
+def readers_gone(actives: Mapping[str, ActiveRequest], gone: list[EventChannel]) -> list[Ending]:
+    """The running requests whose caller's event loop is gone (``Outbox.flush`` could not hand
+    their events over): they end as cancelled."""
     if not gone:
         return []
-    ended = {ending.active.prepared.request_id for ending in endings}
     return [
         Ending(active, "cancelled")
         for active in actives.values()
-        if active.prepared.channel in gone and active.prepared.request_id not in ended
+        if active.prepared.channel in gone
     ]
 
 
