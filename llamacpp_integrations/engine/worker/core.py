@@ -30,6 +30,7 @@ from ...errors import (
     RequestTimeoutError,
 )
 from ..batch import BatchEntry
+from ..channel import EventChannel
 from ..config import EngineConfig
 from ..embedding.work import EmbeddingWork
 from ..native.embedder import EmbeddingContext
@@ -105,6 +106,7 @@ class EngineCore:
         self.closing = False
         self.steps = 0
         self._taken: deque[PreparedRequest] = deque()  # out of the inbox, not yet admitted
+        self._orphaned: set[EventChannel] = set()  # channels whose event loop is gone
         # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
         if config.speculative is not None:
@@ -147,6 +149,7 @@ class EngineCore:
             self._admit(self._taken[0], now)
             self._taken.popleft()
         self._expire(now)
+        self._end_orphans()
         if batch.requests or batch.cancels or batch.calls:
             self.publish()
         self.hand_over()  # what a cancel or a timeout ended
@@ -167,12 +170,18 @@ class EngineCore:
         self.embeds.step(chatting=chatting)
 
     def hand_over(self) -> None:
-        """Hand the events gathered since the last hand-over to their callers (``Outbox``);
-        the requests whose event loop is gone are cancelled. Called right before a decode, so
-        that the callers read while the kernels run, and before the worker would wait."""
-        outbox = self.sampling.outbox
-        while outbox:
-            for ending in readers_gone(self.active, outbox.flush()):
+        """Hand the events gathered since the last hand-over to their callers (``Outbox``).
+        Called right before a decode, so that the callers read while the kernels run, and
+        before the worker would wait. A request whose caller's event loop is gone is noted
+        here and cancelled before the next plan (``_end_orphans``): right before a decode, the
+        plan being decoded still holds its sequence."""
+        self._orphaned.update(self.sampling.outbox.flush())
+
+    def _end_orphans(self) -> None:
+        """Cancel the running requests whose caller's event loop is gone."""
+        if self._orphaned:
+            gone, self._orphaned = list(self._orphaned), set()
+            for ending in readers_gone(self.active, gone):
                 self._finish(ending.active, ending.reason)
 
     @property
@@ -262,6 +271,7 @@ class EngineCore:
     # ---- one step -------------------------------------------------------------------------
 
     def _step(self) -> None:
+        self._end_orphans()
         if self.speculation is not None:
             self.hand_over()  # drafting decodes with the draft model first
         plan = self.scheduler.plan(self.sampling.drafts(self.active))
