@@ -18,10 +18,14 @@ again reads its question again; a new question, far more common, gets its first 
 Each decode reads every weight once (about 5 ms on the tiny model on 2 cores, before its
 tokens' own cost).
 
-The first block is cut finer, an edge every eighth of it, because that is where the prefix
-every chat shares lies: a chat template's preamble and a short system prompt. With edges only
-every 64 positions, a new question would read all of it again; with an edge every 8 it keeps
-all but a few tokens.
+The first block has an edge halfway too (``LEAD_PARTS``), until a turn has ended: a prompt
+without a turn end in its first 64 positions (a template that opens with the user's turn, a
+raw completion) keeps 32 of a shared beginning of 32 to 63 tokens instead of none. Finer lead
+edges (every 8, as this layout first had) kept a little more of a short shared beginning but
+read every such prompt's first block in eight decodes, which showed in Gemma's long prompt read
+(``benchmarks/single_stream.py``) against the same read in one decode; halfway edges do not. A
+chat's system prompt and template preamble are kept at the turn edges below whatever the lead
+edges.
 
 A chat turn's end is an edge too (``marks``, the model's end-of-turn tokens). Chats over one
 system prompt share it up to that token and the next turn's header, and with edges only every
@@ -31,9 +35,8 @@ edge (up to 63 tokens, every chat). Where the model's turn headers end with a li
 the header that follows the turn's end, not right after the mark: every chat shares that
 header too, a new question is then read in one decode (its text, its turn's end and the
 assistant's header), and a chat's prompt ends on an edge, so a follow-up turn keeps all of it.
-Once a turn has ended, the finer edges stop: the shared preamble is behind that edge, and cutting
-a question in eighths only delayed its first token (a 38-token SmolLM2 chat read cold: 8
-decodes in eighths, 6 without them after the system turn). Where edges fall is still a function
+Once a turn has ended, the lead edges stop: the shared preamble is behind that edge, and cutting
+a question finer only delays its first token. Where edges fall is still a function
 of the tokens before them alone (a position, whether a turn ended before it, the tokens since
 the last turn end), so two prompts that share a prefix are cut the same way inside it, and a
 prefix kept up to an edge holds the cells reading the prompt alone would make.
@@ -53,8 +56,9 @@ __all__ = [
     "common_prefix",
 ]
 
-# The first block of a prompt is cut into this many chunks (see the module docstring).
-LEAD_PARTS = 8
+# The first block of a prompt is cut into this many chunks until a turn has ended (see the
+# module docstring).
+LEAD_PARTS = 2
 
 # A prompt whose last edge is at most this many tokens before its end reads that tail, last
 # token included, in one decode (see the module docstring): an empty think block after the

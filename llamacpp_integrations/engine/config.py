@@ -108,8 +108,8 @@ class EngineConfig:
             is used as given.
         n_batch: Most tokens put into one ``llama_decode`` step (running sequences + prompt chunks).
         prefill_block: Prompts are read in chunks that end at multiples of this many positions,
-            after each turn (its end-of-turn token and the next turn's header) and every eighth
-            of a block inside the first one until a turn has ended (a template's preamble); a
+            after each turn (its end-of-turn token and the next turn's header) and halfway
+            through the first block until a turn has ended (a shared beginning); a
             chat's question is read with the assistant's header, other long tails end with the
             last token alone. So cells a prompt keeps from the cache (or from a request reading
             the same prefix) are exactly those reading it again would make.

@@ -3,13 +3,13 @@ kept prefix always ending where reading the prompt again would have cut it."""
 
 from __future__ import annotations
 
-from llamacpp_integrations.engine.batch import PrefillLayout
+from llamacpp_integrations.engine.batch import LEAD_PARTS, PrefillLayout
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
 from llamacpp_integrations.engine.worker.sequences import SeqState
 
 BLOCK = PrefillLayout(64)
 LOOSE = PrefillLayout(0)
-LEAD = PrefillLayout.with_lead_edges(64)
+LEAD = PrefillLayout(64, lead_step=8)  # finer lead edges than the engine's, to see them work
 
 
 def test_chunks_end_at_block_edges_images_and_before_the_last_token() -> None:
@@ -47,8 +47,14 @@ def test_a_kept_prefix_ends_on_a_boundary_both_prompts_share() -> None:
     assert LOOSE.kept(70, 150, {30: 50}, exact=0, cached_prompt=0) == 30
 
 
-def test_the_first_block_has_an_edge_every_eighth_of_it() -> None:
-    assert LEAD.lead_step == 8
+def test_the_engines_first_block_has_an_edge_halfway() -> None:
+    assert LEAD_PARTS == 2 and PrefillLayout.with_lead_edges(64).lead_step == 32
+    # A block that does not split evenly: no lead edges.
+    assert PrefillLayout.with_lead_edges(63).lead_step == 0
+    assert PrefillLayout.with_lead_edges(1).lead_step == 0
+
+
+def test_lead_edges_cut_the_first_block() -> None:
     assert [LEAD.chunk_end(start, 150, [], room=512) for start in (0, 8, 56, 64)] == [
         8,
         16,
@@ -64,8 +70,6 @@ def test_the_first_block_has_an_edge_every_eighth_of_it() -> None:
     assert LEAD.kept(27, 40, {}, exact=39, cached_prompt=40) == 24
     assert LEAD.kept(150, 300, {}, exact=299, cached_prompt=300) == 128
     assert LEAD.realign_span(list(range(1, 71)), exact=34) == (32, 64)
-    # Too small a block to cut into eighths: no lead edges.
-    assert PrefillLayout.with_lead_edges(12).lead_step == 0
 
 
 def test_a_new_question_keeps_the_shared_preamble_up_to_a_lead_edge() -> None:

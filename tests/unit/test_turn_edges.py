@@ -15,9 +15,10 @@ from llamacpp_integrations.engine.worker.sequences import SeqState
 
 END = 2  # the turn-end token of these tests
 NL = 1  # their line break
-TURNS = PrefillLayout.with_lead_edges(64, marks=frozenset({END}))
-GRID = PrefillLayout.with_lead_edges(64)
-HEADERS = PrefillLayout.with_lead_edges(64, marks=frozenset({END}), header_ends=frozenset({NL}))
+# Lead edges every 8 positions (finer than the engine's) show where lead and turn edges meet.
+TURNS = PrefillLayout(64, lead_step=8, marks=frozenset({END}))
+GRID = PrefillLayout(64, lead_step=8)
+HEADERS = PrefillLayout(64, lead_step=8, marks=frozenset({END}), header_ends=frozenset({NL}))
 SYSTEM = [*range(10, 110), END]  # a 101-token system turn: its end at position 101
 
 
