@@ -93,6 +93,8 @@ class _LoopWaker:
 
     def take_gone(self) -> list[EventChannel]:
         """The channels whose loop turned out closed when their events were handed over."""
+        if not self._gone:  # the usual case, read without the lock: the next call sees a late one
+            return []
         with self._cond:
             gone, self._gone = self._gone, []
         return gone
