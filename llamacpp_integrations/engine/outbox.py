@@ -51,18 +51,21 @@ class Outbox:
     def flush(self) -> list[EventChannel]:
         """Hand every gathered event over; the channels whose loop was found closed since the
         last flush (nobody will read them: their requests are to be cancelled)."""
-        by_thread, self._by_thread = self._by_thread, []
-        for channel, event in by_thread:
-            channel.put(event)  # a queue put: it keeps the GIL
-        by_loop, self._by_loop = self._by_loop, {}
+        # Called before every decode, mostly with nothing gathered: then it swaps nothing.
+        if self._by_thread:
+            by_thread, self._by_thread = self._by_thread, []
+            for channel, event in by_thread:
+                channel.put(event)  # a queue put: it keeps the GIL
         gone: list[EventChannel] = []
-        for loop, events in by_loop.items():
-            if loop.is_closed():
-                gone.extend(channel for channel, _ in events)
-            else:
-                if self._waker is None:
-                    self._waker = _LoopWaker()
-                self._waker.send(loop, events)
+        if self._by_loop:
+            by_loop, self._by_loop = self._by_loop, {}
+            for loop, events in by_loop.items():
+                if loop.is_closed():
+                    gone.extend(channel for channel, _ in events)
+                else:
+                    if self._waker is None:
+                        self._waker = _LoopWaker()
+                    self._waker.send(loop, events)
         if self._waker is not None:
             gone += self._waker.take_gone()
         return gone
