@@ -28,7 +28,7 @@ from jinja2.ext import Extension, loopcontrols
 from ..errors import ChatTemplateError, InvalidRequestError
 from .polyfills import adapt_messages, adapt_tools, template_variables
 from .template_caps import TemplateCaps, probe_caps
-from .template_sandbox import RENDER_TIME_LIMIT_S, LimitedSandbox, render_limited
+from .template_sandbox import RENDER_TIME_LIMIT_S, LimitedSandbox, RenderWatch, render_limited
 
 if TYPE_CHECKING:
     from jinja2.parser import Parser
@@ -134,6 +134,7 @@ class ChatTemplate:
         self.eos_token = eos_token
         self._caps: TemplateCaps | None = None
         self._caps_lock = threading.Lock()
+        self._watch = RenderWatch()  # one thread times every render of this template
         environment = _make_environment()
         try:
             parsed = environment.parse(source)
@@ -234,7 +235,7 @@ class ChatTemplate:
 
     def _render_context(self, context: Mapping[str, Any], time_limit: float) -> str:
         try:
-            return render_limited(self._template, context, time_limit=time_limit)
+            return render_limited(self._template, context, time_limit=time_limit, watch=self._watch)
         except ChatTemplateError:
             raise  # from raise_exception(): the template's own message is the best one
         except Exception as exc:  # anything the template makes go wrong is a template failure

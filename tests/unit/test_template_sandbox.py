@@ -7,7 +7,10 @@ A template may change the lists and dicts it builds, never the values it is give
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
+import threading
+import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -103,6 +106,58 @@ def test_time_limit_names_itself() -> None:
     # The interrupted thread is fine afterwards, and a normal render is not interrupted.
     ok = ChatTemplate("{{ messages[0].content }}", bos_token="", eos_token="")
     assert ok.render(MESSAGES) == "hi"
+
+
+def _watchdog_threads() -> int:
+    return sum(t.name == "template-watchdog" for t in threading.enumerate())
+
+
+def test_one_watch_thread_times_every_render_of_a_template() -> None:
+    # Concurrent renders share the template's one watch thread; none starts a thread of its own.
+    template = ChatTemplate("{{ messages[0].content }}", bos_token="", eos_token="")
+    before = _watchdog_threads()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        outputs = list(pool.map(lambda _: template.render(MESSAGES), range(64)))
+    assert outputs == ["hi"] * 64
+    assert _watchdog_threads() - before <= 1
+
+
+def test_a_shorter_limit_fires_before_a_longer_one_that_is_watched() -> None:
+    # The watch thread sleeps until the earliest deadline: a render with a short limit that
+    # starts while a long one is watched is stopped at its own limit, not the long one's.
+    watch = template_sandbox.RenderWatch()
+    slow = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+    long_limit = threading.Event()
+    release = threading.Event()
+
+    def hold_a_long_render() -> None:
+        render = watch.render(60.0)
+        watch.start(render)
+        long_limit.set()
+        release.wait(30)
+        watch.stop(render)
+
+    holder = threading.Thread(target=hold_a_long_render)
+    holder.start()
+    try:
+        assert long_limit.wait(10)
+        compiled = LimitedSandbox().from_string(slow)
+        with pytest.raises(ChatTemplateError, match="took over"):
+            template_sandbox.render_limited(compiled, {}, time_limit=0.2, watch=watch)
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_the_watch_thread_ends_when_no_render_is_watched() -> None:
+    watch = template_sandbox.RenderWatch(idle_exit_s=0.05)
+    compiled = LimitedSandbox().from_string("{{ 1 + 1 }}")
+    assert template_sandbox.render_limited(compiled, {}, watch=watch) == "2"
+    deadline = time.monotonic() + 10
+    while watch.threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watch.threads() == 0
+    assert template_sandbox.render_limited(compiled, {}, watch=watch) == "2"  # starts again
 
 
 def test_recursion_ends_at_the_call_depth_limit_without_unraisable_errors(
