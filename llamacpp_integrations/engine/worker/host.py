@@ -40,6 +40,7 @@ from .core import EngineCore
 from .inbox import Inbox
 from .shared_files import SharedByFile
 from .stats import StatsBoard
+from .time_slice import ask_for_time_slice
 
 __all__ = ["Attachment", "ModelHost", "loaded_draft_weights", "loaded_weights", "open_host"]
 
@@ -269,6 +270,8 @@ class ModelHost:
     # ---- the worker ------------------------------------------------------------------------
 
     def _main(self) -> None:
+        # Before the weights load, so that llama.cpp's threads, started from this one, inherit it.
+        ask_for_time_slice()
         try:
             self.offload = self._choose_offload()
             decided = replace(self.key, n_gpu_layers=self.offload.n_gpu_layers)
