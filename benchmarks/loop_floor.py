@@ -9,6 +9,9 @@ Two floors, each with the same heartbeat as the adapters' rows:
     The loop's thread then competes with llama.cpp's threads for the CPUs: what is left is the
     operating system's scheduling (on a machine whose cores all decode, a thread that wakes
     waits for one).
+``decode, long slice``
+    The same thread asking Linux for the engine's long time slice
+    (``engine/worker/time_slice.py``): how much of that floor the request takes away.
 ``langchain``, ``llamaindex``
     The same decode thread, and N concurrent calls of a stand-in chat model of each framework
     (a ``BaseChatModel`` and a LlamaIndex ``LLM`` whose streams yield one chunk per decode
@@ -43,6 +46,8 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms import LLM
 from llama_index.core.llms.callbacks import llm_chat_callback
 
+from llamacpp_integrations.engine.worker.time_slice import ask_for_time_slice
+
 __all__ = ["DecodeThread", "all_floor_calls"]
 
 
@@ -50,7 +55,9 @@ class DecodeThread:
     """``llama_decode`` of one token for each of ``n_seq`` sequences, step after step, on a
     thread of its own, until ``stop``; after every step, ``on_step`` is called on ``loop``."""
 
-    def __init__(self, model_path: str, n_seq: int, n_threads: int) -> None:
+    def __init__(
+        self, model_path: str, n_seq: int, n_threads: int, *, time_slice_ns: int | None = None
+    ) -> None:
         params = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(model_path.encode(), params)
         ctx_params = llama_cpp.llama_context_default_params()
@@ -63,6 +70,7 @@ class DecodeThread:
         self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         self._batch = llama_cpp.llama_batch_init(ctx_params.n_batch, 0, 1)
         self.n_seq = n_seq
+        self.time_slice_ns = time_slice_ns
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[], None]] = []
@@ -91,6 +99,8 @@ class DecodeThread:
         llama_cpp.llama_model_free(self._model)
 
     def _run(self) -> None:
+        if self.time_slice_ns is not None:  # as the engine's worker asks, before its first decode
+            ask_for_time_slice(self.time_slice_ns)
         batch, memory = self._batch, llama_cpp.llama_get_memory(self._ctx)
         step = 0
         while not self._stop.is_set():

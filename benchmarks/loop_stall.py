@@ -46,6 +46,7 @@ from llama_index.core.llms import ChatMessage
 from loop_floor import DecodeThread, all_floor_calls
 
 from llamacpp_integrations.engine import Engine, EngineConfig
+from llamacpp_integrations.engine.worker.time_slice import DECODE_SLICE_NS
 from llamacpp_integrations.langchain import ChatLlamaCpp
 from llamacpp_integrations.llama_index import LlamaCpp
 from llamacpp_integrations.models import resolve_model_path
@@ -188,7 +189,7 @@ async def floors(
 ) -> list[dict[str, Any]]:
     """The rows of the floors (``loop_floor.py``), after the engine is closed: a bare decode
     thread of ``threads`` threads and ``n`` sequences, under nothing, then under each
-    framework's stand-in model."""
+    framework's stand-in model; then the bare thread again with the engine's long time slice."""
     rows = []
     loop = asyncio.get_running_loop()
     model = str(resolve_model_path(args.model))
@@ -199,6 +200,15 @@ async def floors(
             for name, call in all_floor_calls(decode, args.max_tokens, SYSTEM):
                 rows.append(await measure(f"{name} floor", call, n, args.repeat, round_index))
                 round_index += args.repeat
+        finally:
+            await asyncio.to_thread(decode.close)
+        decode = DecodeThread(model, n, threads, time_slice_ns=DECODE_SLICE_NS)
+        decode.start(loop)
+        try:
+            _, idle = next(all_floor_calls(decode, args.max_tokens, SYSTEM))  # "decode" first
+            name = "decode floor, long slice"
+            rows.append(await measure(name, idle, n, args.repeat, round_index))
+            round_index += args.repeat
         finally:
             await asyncio.to_thread(decode.close)
     return rows

@@ -33,3 +33,16 @@ def test_every_floor_streams_one_chunk_per_decode_step(smollm_path: Path) -> Non
     # LangChain may add a last empty chunk that closes the message; never fewer than the steps.
     assert lengths["decode"] == [3, 3] and lengths["llamaindex"] == [3, 3]
     assert all(n >= 3 for n in lengths["langchain"])
+
+
+def test_the_floor_with_the_long_slice_steps(smollm_path: Path) -> None:
+    async def run() -> list[int]:
+        decode = DecodeThread(str(smollm_path), n_seq=2, n_threads=1, time_slice_ns=7_000_000)
+        decode.start(asyncio.get_running_loop())
+        try:
+            _, idle = next(all_floor_calls(decode, 3, "Be brief."))
+            return [len(await idle("one"))]  # type: ignore[arg-type]
+        finally:
+            await asyncio.to_thread(decode.close)
+
+    assert asyncio.run(run()) == [3]
