@@ -6,11 +6,12 @@ and has every sequence that produced logits sampled and its tokens taken into it
 (``sampling.py``, which asks for drafts before planning and settles them after, when the engine
 speculates). A step may also read one image of a prompt into its sequence, after the text
 decode, and embed one batch of texts. What needs deciding comes back as data, and the core
-applies it: room in the KV cache (``room.py``: how far the streams grow, who gives way, who
-ends; ``_apply``) and the requests that ended while their tokens were taken. Every way a
-request ends (stop, length, cancel, timeout, error, no room, engine closing) goes through
-``_finish``, which frees its sequence. Contexts are made on first use: an engine that only
-embeds never allocates a generation KV cache, one that only chats no embedding context.
+applies it: room in the KV cache (``room.py`` decides how far the streams grow, who gives
+way, who ends; ``keep_room.py`` carries it out and hands back who ends) and the requests that
+ended while their tokens were taken. Every way a request ends (stop, length, cancel, timeout,
+error, no room, engine closing) goes through ``_finish``, which frees its sequence. Contexts
+are made on first use: an engine that only embeds never allocates a generation KV cache, one
+that only chats no embedding context.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from functools import partial
 
 from ...errors import (
@@ -43,19 +44,12 @@ from ..speculation.step import SpeculationStep
 from .active import ActiveRequest
 from .cells import SequenceCells
 from .inbox import Inbox
+from .keep_room import RoomKeeper
 from .requests import PreparedRequest
-from .room import (
-    RoomDecision,
-    after_growth,
-    cells_needed,
-    cells_to,
-    drop_ended,
-    give_way,
-    plan_growth,
-)
+from .room import cells_needed, cells_to, drop_ended
 from .sampling import Sampling, readers_gone
 from .scheduler import Scheduler
-from .sequences import ImageStep, Join, SeqState, StepPlan
+from .sequences import ImageStep, SeqState, StepPlan
 from .stats import StatsBoard, snapshot
 
 __all__ = ["EngineCore"]
@@ -112,6 +106,14 @@ class EngineCore:
         if config.speculative is not None:
             self.speculation = SpeculationStep.for_engine(config, model, draft_weights, kv=kv)
         self.sampling = Sampling(model, self.scheduler, self.speculation, kv.n_ctx_per_seq)
+        self.room = RoomKeeper(
+            self.cells,
+            self.scheduler,
+            config.n_seq_max,
+            end=self._end_for_room,
+            forget=self._forget_drafts,
+            publish=self.publish,
+        )
 
     @property
     def busy(self) -> bool:
@@ -214,12 +216,7 @@ class EngineCore:
 
     def drop_idle_caches(self) -> None:
         """Free the cells of every slot no request holds."""
-        if self.cells.made:
-            for seq_id in self.scheduler.drop_idle():
-                self.cells.drop(seq_id)
-                if self.speculation is not None:
-                    self.speculation.forget(seq_id)
-        self.publish()
+        self.room.drop_idle()
 
     # ---- admission ------------------------------------------------------------------------
 
@@ -244,7 +241,7 @@ class EngineCore:
                 # disk (a state is taken whole, then cut back); before the context is first
                 # made, this only sizes it.
                 needs = max(cells_to(request, len(prompt)), self.cells.saved_length(prompt, shared))
-                decision = self._grow({request.request_id: needs})
+                decision = self.room.grow({request.request_id: needs})
                 if decision.failure is not None:
                     raise decision.failure
                 if decision.lost:  # what the prompt shares changed
@@ -277,7 +274,7 @@ class EngineCore:
         plan = self.scheduler.plan(self.sampling.drafts(self.active))
         if self.cells.can_grow:  # not once streams are whole: no work per step then
             needs = cells_needed(plan, {r: a.prepared for r, a in self.active.items()})
-            lost = self._grow(needs, plan.joins).lost
+            lost = self.room.grow(needs, plan.joins).lost
             drop_ended(plan, set(self.active), lost)  # what ended leaves the plan
         self.cells.join(plan.joins)
         for group in plan.groups:  # each sampled before the next decode overwrites the logits
@@ -287,39 +284,7 @@ class EngineCore:
         if not plan.groups and plan.image is None:
             self.hand_over()  # nothing decoded (every stream paused): nothing to wait for
 
-    # ---- room in the KV cache -------------------------------------------------------------
-
-    def _grow(self, needs: dict[str, int], joins: Sequence[Join] = ()) -> RoomDecision:
-        """Grow the KV streams if a sequence needs more cells than they hold (``needs``, by
-        request id), and apply what that decided (``room.after_growth``)."""
-        growth = plan_growth(
-            needs, stream_cells=self.cells.stream_cells, limit=self.cells.stream_limit
-        )
-        if growth is None:
-            return RoomDecision()
-        lost, error = self.cells.grow(growth.stream_cells)
-        decision = after_growth(
-            growth,
-            self.scheduler.running,
-            joins,
-            lost=lost,
-            error=error,
-            stream_cells=self.cells.stream_cells,
-            n_seq_max=self.config.n_seq_max,
-            kept=self.cells.made,
-        )
-        self._apply(decision)
-        return decision
-
-    def _apply(self, decision: RoomDecision) -> None:
-        """Carry out what keeping room decided: the one place where it ends requests."""
-        self.scheduler.lost(decision.lost)
-        for seq in decision.pauses:
-            self.scheduler.pause(seq)
-        for active in list(self.active.values()):
-            error = decision.ends.get(active.prepared.request_id)
-            if error is not None:
-                self._finish(active, "error", error=error)
+    # ---- decoding ---------------------------------------------------------------------------
 
     def _decode_group(self, plan: StepPlan, group: list[int]) -> None:
         def decode() -> int:
@@ -332,9 +297,9 @@ class EngineCore:
             status = decode()
             if status == DecodeStatus.NO_KV_SLOT:
                 needed = sum(len(plan.entries[index][1].tokens) for index in group)
-                status = self._retry_with_room(decode, needed)
+                status = self.room.retry(decode, needed)
             while status == DecodeStatus.NO_KV_SLOT and group:
-                group = self._make_room(plan, group)
+                group = self.room.give_way(plan, group)
                 status = decode()
         except EngineError as error:
             self._fail([plan.entries[index] for index in group], error)
@@ -356,28 +321,6 @@ class EngineCore:
         if read_prompt:
             # After sampling, so the first token is not held up by the write.
             self.cells.save_prompts([seq for seq in read_prompt if seq.request_id in self.active])
-
-    def _retry_with_room(self, decode: Callable[[], int], needed: int) -> int:
-        """No room for ``needed`` cells: free idle cells, oldest block first, and decode again
-        until it fits, then all idle cells (partial blocks may be what it lacked); the status."""
-        status = DecodeStatus.NO_KV_SLOT
-        while status == DecodeStatus.NO_KV_SLOT and self.cells.evicts:
-            if not self.cells.cut(self.scheduler.evict(needed)):
-                break
-            self.publish()
-            status = decode()
-        if status == DecodeStatus.NO_KV_SLOT:
-            self.drop_idle_caches()
-            status = decode()
-        return status
-
-    def _make_room(self, plan: StepPlan, group: list[int]) -> list[int]:
-        """The unified cache has no room for the group even with idle cells freed: one of its
-        sequences gives up its cells (``room.give_way``). The rest of the group."""
-        seq, waits = self.scheduler.make_room([plan.entries[index][0] for index in group])
-        self.cells.drop(seq.slot.seq_id)
-        self._apply(give_way(seq, waits, self.cells.n_cells))
-        return [index for index in group if plan.entries[index][0] is not seq]
 
     def _decode_image(self, step: ImageStep) -> None:
         """Encode one image and decode its embeddings into its sequence.
@@ -403,7 +346,7 @@ class EngineCore:
         self.hand_over()
         code = self.vision.evaluate(self.context, span, seq_id=seq_id, n_past=step.start)
         if code == DecodeStatus.NO_KV_SLOT:
-            code = self._retry_with_room(evaluate_again, step.n_pos)
+            code = self.room.retry(evaluate_again, step.n_pos)
         if code != 0:
             why = "no room in the KV cache" if code == DecodeStatus.NO_KV_SLOT else f"code {code}"
             log.error("image evaluation failed: %s", why)
@@ -428,8 +371,7 @@ class EngineCore:
         self.scheduler.release(active.seq, keep_cache=keep)
         if not keep:
             self.cells.drop(active.seq.slot.seq_id)
-            if self.speculation is not None:
-                self.speculation.forget(active.seq.slot.seq_id)
+            self._forget_drafts(active.seq.slot.seq_id)
         active.sampler.close()
         if request.media is not None:
             request.media.close()
@@ -438,6 +380,17 @@ class EngineCore:
         # the request's chunks through the outbox, handed over with them.
         self.publish()
         self.sampling.outbox.put(request.channel, event)
+
+    def _end_for_room(self, ends: Mapping[str, EngineError]) -> None:
+        """End the requests keeping room ended (``RoomKeeper``), with their errors."""
+        for active in list(self.active.values()):
+            error = ends.get(active.prepared.request_id)
+            if error is not None:
+                self._finish(active, "error", error=error)
+
+    def _forget_drafts(self, seq_id: int) -> None:
+        if self.speculation is not None:
+            self.speculation.forget(seq_id)
 
     def _cancel(self, request_id: str) -> None:
         active = self.active.get(request_id)

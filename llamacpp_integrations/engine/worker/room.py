@@ -1,9 +1,9 @@
 """Room in the KV cache, decided as data: how far the streams grow, who gives way, who ends.
 
-Pure bookkeeping for ``core.py``, the way speculation's ``propose`` and ``settle`` work: the
-core asks, does what needs the context (growing the streams, dropping cells), and applies the
-``RoomDecision`` it gets back in one place, where every request that ends goes through its
-``_finish``.
+Pure bookkeeping, the way speculation's ``propose`` and ``settle`` work: ``keep_room.py`` asks,
+does what needs the context (growing the streams, dropping cells), and applies the
+``RoomDecision`` it gets back in one place, handing the requests it ends to the core, where
+every request that ends goes through ``_finish``.
 
 With a stream per sequence, streams grow (doubled, at most to the context) before a step or an
 admission whose sequences would not fit (``plan_growth``); what that cost is ``after_growth``:
