@@ -9,7 +9,7 @@ Two floors, each with the same heartbeat as the adapters' rows:
     The loop's thread then competes with llama.cpp's threads for the CPUs: what is left is the
     operating system's scheduling (on a machine whose cores all decode, a thread that wakes
     waits for one).
-``decode, long slice``
+``long-slice decode``
     The same thread asking Linux for the engine's long time slice
     (``engine/worker/time_slice.py``): how much of that floor the request takes away.
 ``langchain``, ``llamaindex``

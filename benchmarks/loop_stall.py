@@ -206,7 +206,7 @@ async def floors(
         decode.start(loop)
         try:
             _, idle = next(all_floor_calls(decode, args.max_tokens, SYSTEM))  # "decode" first
-            name = "decode floor, long slice"
+            name = "long-slice decode floor"
             rows.append(await measure(name, idle, n, args.repeat, round_index))
             round_index += args.repeat
         finally:

@@ -367,7 +367,7 @@ LOOP_CALLS = {
     "astream": "`ChatLlamaCpp.astream`",
     "llamaindex": "LlamaIndex `astream_chat`",
     "decode floor": "floor: a bare decode thread, no engine or framework",
-    "decode floor, long slice": "floor: that thread with the engine's long time slice",
+    "long-slice decode floor": "floor: that thread with the engine's long time slice",
     "langchain floor": "floor: the decode thread under a stand-in LangChain chat model",
     "llamaindex floor": "floor: the decode thread under a stand-in LlamaIndex LLM",
 }
