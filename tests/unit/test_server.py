@@ -4,6 +4,7 @@ gatekeepers, and the completions and embeddings routes over a scripted engine.""
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import struct
 from dataclasses import replace
@@ -222,3 +223,27 @@ def test_the_key_the_body_limit_and_cors() -> None:
     with _client(scripted()) as client:  # CORS off by default
         answer = client.get("/v1/models", headers={"Origin": "http://app"})
         assert "access-control-allow-origin" not in answer.headers
+
+
+def test_serve_freezes_what_it_made_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The objects made before serving stay out of the collector's full passes, which would
+    # otherwise hold every request up (docs/performance.md, the event loop).
+    import uvicorn
+
+    from llamacpp_integrations.server import run
+
+    seen: list[int] = []
+
+    class Server:
+        def __init__(self, config: uvicorn.Config) -> None:
+            self.config = config
+
+        def run(self) -> None:
+            seen.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(uvicorn, "Server", Server)
+    try:
+        run.serve(scripted())  # type: ignore[arg-type]
+    finally:
+        gc.unfreeze()
+    assert seen and seen[0] > 0
