@@ -194,23 +194,18 @@ async def floors(
     loop = asyncio.get_running_loop()
     model = str(resolve_model_path(args.model))
     for n in levels:
-        decode = DecodeThread(model, n, threads)
-        decode.start(loop)
-        try:
-            for name, call in all_floor_calls(decode, args.max_tokens, SYSTEM):
-                rows.append(await measure(f"{name} floor", call, n, args.repeat, round_index))
-                round_index += args.repeat
-        finally:
-            await asyncio.to_thread(decode.close)
-        decode = DecodeThread(model, n, threads, time_slice_ns=DECODE_SLICE_NS)
-        decode.start(loop)
-        try:
-            _, idle = next(all_floor_calls(decode, args.max_tokens, SYSTEM))  # "decode" first
-            name = "long-slice decode floor"
-            rows.append(await measure(name, idle, n, args.repeat, round_index))
-            round_index += args.repeat
-        finally:
-            await asyncio.to_thread(decode.close)
+        for time_slice, prefix in ((None, ""), (DECODE_SLICE_NS, "long-slice ")):
+            decode = DecodeThread(model, n, threads, time_slice_ns=time_slice)
+            decode.start(loop)
+            try:
+                calls = list(all_floor_calls(decode, args.max_tokens, SYSTEM))
+                for name, call in calls if time_slice is None else calls[:1]:  # "decode" first
+                    rows.append(
+                        await measure(f"{prefix}{name} floor", call, n, args.repeat, round_index)
+                    )
+                    round_index += args.repeat
+            finally:
+                await asyncio.to_thread(decode.close)
     return rows
 
 

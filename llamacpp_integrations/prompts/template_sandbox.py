@@ -344,19 +344,17 @@ def render_limited(
     template: jinja2.Template,
     context: Mapping[str, Any],
     *,
+    watch: RenderWatch,
     time_limit: float = RENDER_TIME_LIMIT_S,
     max_chars: int = MAX_CHARS,
-    watch: RenderWatch | None = None,
 ) -> str:
     """Render ``template`` within the limits; the values in ``context`` stay unchanged.
-    ``watch`` times the render (the template's own, shared by its renders; by default one
-    for this render alone).
+    ``watch`` times the render (the template's own, shared by all its renders).
 
     Raises:
         ChatTemplateError: the template exceeded a limit (the message says which). Any other
             exception of the template's is left to the caller.
     """
-    watch = RenderWatch(idle_exit_s=0.0) if watch is None else watch
     render = watch.render(time_limit)
     pieces: list[str] = []
     try:
