@@ -298,7 +298,8 @@ class RenderWatch:
         ``_RenderTimeout``: with a short limit the exception may land as it returns."""
         with self._cond:
             self._renders.add(render)
-            if self._thread is None:
+            # Not alive though set: the process forked, and only the forking thread came along.
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="template-watchdog", daemon=True
                 )

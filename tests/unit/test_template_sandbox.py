@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import os
+import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -296,3 +299,29 @@ def test_values_grown_in_place_stay_bounded(source: str, monkeypatch: pytest.Mon
     monkeypatch.setattr(template_sandbox, "MAX_CHARS", 1000)
     with pytest.raises(ChatTemplateError, match="over 1000 items"):
         render(source)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_gets_a_watch_thread_of_its_own() -> None:
+    # The parent's watch thread does not come along through fork(); the child starts its own,
+    # so its renders are still stopped at their limit.
+    template = ChatTemplate(
+        "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+        bos_token="",
+        eos_token="",
+        render_time_limit=0.2,
+    )
+    with pytest.raises(ChatTemplateError):
+        template.render(MESSAGES)  # the parent's watch thread now runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+        pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the render was stopped
+        signal.alarm(20)  # a render never stopped ends the child (and fails the test)
+        try:
+            template.render(MESSAGES)
+        except ChatTemplateError:
+            os._exit(0)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
