@@ -5,10 +5,11 @@ HTTP server answering, a caller's reader) needs a core that a decode thread hold
 scheduler (EEVDF, kernel 6.6 and later) lets the running thread finish its time slice first,
 unless the one that wakes asked for a shorter slice than the running one (kernel 6.12 and later
 honour a slice asked for with ``sched_setattr``). So the engine's worker asks for a slice longer
-than the default (0.7 ms times 1 + log2 of the core count): every thread that keeps the default
-then takes a core from a decode thread the moment it wakes, and the event loop's gaps shrink to
-its own work. Each thread's share of the CPU is unchanged (it follows the threads' weights, which
-this leaves alone); only who runs first on a wake-up changes.
+than the default (about 0.7 ms times 1 + log2 of the core count, up to 8 cores): every thread
+that keeps the default then takes a core from a decode thread as soon as it wakes. On a 2-core
+machine that halved the P99 of an event loop's gaps beside 16 streams (docs/performance.md).
+Each thread's share of the CPU is unchanged (it follows the threads' weights, which this leaves
+alone); only who runs first on a wake-up changes.
 
 The worker asks before it loads the model, so the threads llama.cpp starts from it (OpenMP's
 team) inherit the slice. Elsewhere (another OS, an older kernel, a sandbox that forbids the
