@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from llamacpp_integrations.engine.worker.room import give_way
 from llamacpp_integrations.engine.worker.scheduler import Scheduler
-from llamacpp_integrations.engine.worker.sequences import SeqStatus
+from llamacpp_integrations.engine.worker.sequences import SeqState, SeqStatus
 
 
 def _finish(scheduler: Scheduler, seq_index: int = 0) -> None:
@@ -119,15 +120,15 @@ def test_without_room_the_newest_prompt_waits_and_reads_again_when_a_request_end
     # No room for the next step: the newest prompt being read gives way (it may wait, since
     # others hold cells), then the next newest; an answer is never paused.
     seqs = [seq for seq, _ in scheduler.plan().entries]
-    victim, waits = scheduler.make_room(seqs)
+    victim, waits = _gives_way(scheduler, seqs)
     assert (victim, waits) == (new, True)
     scheduler.pause(new)
     assert new.n_past == 0 and new.paused
     assert all(seq is not new for seq, _ in scheduler.plan().entries)
-    victim, waits = scheduler.make_room([old, mid])
+    victim, waits = _gives_way(scheduler, [old, mid])
     assert (victim, waits) == (mid, True)
     scheduler.pause(mid)
-    victim, waits = scheduler.make_room([old])
+    victim, waits = _gives_way(scheduler, [old])
     assert (victim, waits) == (old, False)  # only an answer left: it ends
     scheduler.release(old, keep_cache=True)
     assert not new.paused and not mid.paused
@@ -135,10 +136,16 @@ def test_without_room_the_newest_prompt_waits_and_reads_again_when_a_request_end
     assert (seq, entry.start_pos) == (mid, 0)
 
 
+def _gives_way(scheduler: Scheduler, seqs: list[SeqState]) -> tuple[SeqState, bool]:
+    """Who gives way for a decode of ``seqs`` with no room left, and whether it waits."""
+    seq, decision = give_way(scheduler.running, seqs, n_cells=64)
+    return seq, bool(decision.pauses)
+
+
 def test_a_lone_prompt_that_finds_no_room_cannot_wait() -> None:
     scheduler = Scheduler(n_seq_max=2, n_batch=64)
     only = scheduler.admit("a", list(range(100, 200)))
-    assert scheduler.make_room([only]) == (only, False)
+    assert _gives_way(scheduler, [only]) == (only, False)
 
 
 def test_beside_generating_streams_a_step_reads_a_bounded_part_of_the_prompts() -> None:

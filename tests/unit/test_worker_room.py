@@ -138,14 +138,13 @@ def test_a_full_unified_cache_ends_the_newest_answer_or_pauses_the_newest_prompt
     old.next_token = 5
     new = scheduler.admit("b", list(range(200, 300)))
     # The decode of this step finds no room: the prompt being read waits.
-    seq, waits = scheduler.make_room([s for s, _ in scheduler.plan().entries])
-    decision = give_way(seq, waits, n_cells=256)
-    assert decision.pauses == [new] and not decision.ends
+    asked = [s for s, _ in scheduler.plan().entries]
+    seq, decision = give_way(scheduler.running, asked, n_cells=256)
+    assert seq is new and decision.pauses == [new] and not decision.ends
     scheduler.pause(new)
     # Only the answer is left to give way: it ends, typed.
-    seq, waits = scheduler.make_room([old])
-    decision = give_way(seq, waits, n_cells=256)
-    assert not decision.pauses and list(decision.ends) == ["a"]
+    seq, decision = give_way(scheduler.running, [old], n_cells=256)
+    assert seq is old and not decision.pauses and list(decision.ends) == ["a"]
     with pytest.raises(KVCacheFullError, match=r"KV cache \(256 cells\) is full"):
         raise decision.ends["a"]
 

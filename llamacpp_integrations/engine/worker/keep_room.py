@@ -92,9 +92,10 @@ class RoomKeeper:
     def give_way(self, plan: StepPlan, group: list[int]) -> list[int]:
         """The unified cache has no room for the group even with idle cells freed: one of its
         sequences gives up its cells (``room.give_way``). The rest of the group."""
-        seq, waits = self._scheduler.make_room([plan.entries[index][0] for index in group])
+        asked = [plan.entries[index][0] for index in group]
+        seq, decision = give_way(self._scheduler.running, asked, self._cells.n_cells)
         self._cells.drop(seq.slot.seq_id)
-        self.apply(give_way(seq, waits, self._cells.n_cells))
+        self.apply(decision)
         return [index for index in group if plan.entries[index][0] is not seq]
 
     def drop_idle(self) -> None:

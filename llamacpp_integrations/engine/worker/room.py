@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ...errors import EngineError, KVCacheFullError
 from .requests import PreparedRequest
-from .sequences import Join, SeqState, StepPlan
+from .sequences import Join, SeqState, SeqStatus, StepPlan
 
 __all__ = [
     "Growth",
@@ -156,16 +156,25 @@ def after_growth(
     return RoomDecision(ends=ends, lost=frozenset(gone), failure=error)
 
 
-def give_way(seq: SeqState, waits: bool, n_cells: int) -> RoomDecision:
-    """``seq`` gave up its cells for a decode of the unified cache (``Scheduler.make_room``):
-    it waits to read its prompt again, or (an answer) ends with ``KVCacheFullError``."""
-    if waits:
-        return RoomDecision(pauses=[seq])
+def give_way(
+    running: Sequence[SeqState], seqs: Sequence[SeqState], n_cells: int
+) -> tuple[SeqState, RoomDecision]:
+    """The unified cache had no room for a decode of ``seqs`` (idle cells already freed): the
+    one that gives up its cells, and what becomes of it. A sequence still reading its prompt
+    waits to read it again, the newest first, while another of the ``running`` requests holds
+    cells that will free up (so some request always runs while any is paused, and its end
+    resumes them); otherwise the newest answer ends with ``KVCacheFullError``."""
+    asked = {seq.request_id for seq in seqs}
+    newest_first = [seq for seq in reversed(running) if seq.request_id in asked]
+    holders = [seq for seq in running if seq.n_past > 0 and not seq.paused]
+    for seq in newest_first:
+        if seq.status is SeqStatus.PREFILL and any(h is not seq for h in holders):
+            return seq, RoomDecision(pauses=[seq])
     error = KVCacheFullError(
         f"the KV cache ({n_cells} cells) is full with running requests' cells; set a larger "
         "kv_cells or a smaller n_seq_max"
     )
-    return RoomDecision(ends={seq.request_id: error})
+    return newest_first[0], RoomDecision(ends={newest_first[0].request_id: error})
 
 
 def drop_ended(plan: StepPlan, running: Set[str], lost: Set[int] = frozenset()) -> None:

@@ -1,14 +1,14 @@
 """Which tokens of which sequences go into the next decode. Pure bookkeeping: no llama.cpp here.
 
-Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens its cells hold, so a
-new request takes the free slot sharing the longest prefix with its prompt and evaluates only the
-rest, as far as the prefill layout lets it keep cells (``batch.PrefillLayout``: a kept prefix
-never changes an answer). One prefix index (``prefix_index.PrefixIndex``, a trie of token
-blocks) holds what every slot's cells hold, running or idle, the prompts still being read, and
-(put there by the prompt cache) the prompts saved on disk, so admission finds what a prompt
-shares with all of them in one walk of its blocks (``lookup``). When a unified
-cache runs out of cells, idle cells go least recently used block first (``evict``), never a
-block a running request holds or is reading toward.
+Each of the ``n_seq_max`` slots is one KV sequence. A slot remembers the tokens its cells hold,
+so a new request takes the free slot sharing the longest prefix with its prompt and evaluates
+only the rest, as far as the prefill layout lets it keep cells (``batch.PrefillLayout``: a kept
+prefix never changes an answer; the choice is ``admission.choose_slot``). One prefix index
+(``prefix_index.PrefixIndex``, a trie of token blocks) holds what every slot's cells hold,
+running or idle, the prompts still being read, and (put there by the prompt cache) the prompts
+saved on disk, so admission finds what a prompt shares with all of them in one walk of its
+blocks (``lookup``). When a unified cache runs out of cells, idle cells go least recently used
+block first (``evict``), never a block a running request holds or is reading toward.
 
 A step holds one token of every generating sequence first (so streams keep flowing), then
 whole prompt chunks of the sequences still reading their prompt, then drafts, up to ``n_batch``
@@ -19,9 +19,10 @@ another's; cells serve only requests with the adapters they were made with (``lo
 Requests admitted while another is still reading a prompt that shares their beginning wait
 for its cells instead of reading that prefix themselves (in-flight sharing): a follower names
 its ``leader`` and how far it will take from it (``share_until``, a prefix the layout lets it
-keep), and once the leader's exact cells reach that far, a step copies them into the follower's
-sequence (``StepPlan.joins``) and the follower reads only the rest. A follower whose leader ended
-before that finds another leader (the first orphan reads, the others follow it).
+keep: ``admission.leader_for``), and once the leader's exact cells reach that far, a step
+copies them into the follower's sequence (``StepPlan.joins``) and the follower reads only the
+rest. A follower whose leader ended before that finds another leader (the first orphan reads,
+the others follow it).
 
 While nothing runs, finished answers are read again (``realign``, planned in ``realign.py``),
 so that a follow-up turn keeps the answer's cells up to its last block boundary; one block per
@@ -40,6 +41,7 @@ from ..batch import BatchEntry, PrefillLayout, common_prefix
 from ..config import EngineConfig
 from ..lora import LoraKey, by_adapters, lora_key, only_under
 from ..prefix_index import PrefixIndex
+from .admission import choose_slot, leader_for
 from .realign import realign_choice, realign_step
 from .sequences import ImageStep, Join, RealignStep, SeqState, SeqStatus, Slot, StepPlan
 
@@ -142,34 +144,11 @@ class Scheduler:
         (nothing in the index changed since); ``lora``: the adapters it is decoded with.
         """
         image_spans = image_spans or {}
-        free = [slot for slot in self.slots if not slot.busy]
-        assert free, "admit() called with no free slot"
         if shared is None:
             shared = self.lookup(prompt, lora)
-
-        def keeps(slot: Slot) -> int:
-            return self.layout.kept(
-                shared[slot.seq_id],
-                len(prompt),
-                image_spans,
-                exact=slot.exact,
-                cached_prompt=slot.prompt_len,
-                tokens=prompt,
-            )
-
-        n_reused, _, source = max(
-            ((keeps(s), not s.busy, s) for s in self.slots), key=lambda candidate: candidate[:2]
-        )
-        # Taking the source over loses nothing when all it holds is a prefix of this prompt.
-        keeps_whole = shared[source.seq_id] == len(source.cached) or len(free) == 1
-        if n_reused > 0 and not source.busy and keeps_whole:
-            target, copy_from = source, None
-        else:
-            # Empty slots first, then the least recently used one.
-            target = min(free, key=lambda s: (len(s.cached) > 0, s.last_used))
-            copy_from = source if n_reused > 0 and source is not target else None
-            if copy_from is None and target is not source:
-                n_reused = 0
+        choice = choose_slot(self.slots, shared, prompt, image_spans, self.layout)
+        target, copy_from, n_reused = choice.target, choice.copy_from, choice.n_reused
+        source = target if copy_from is None else copy_from  # whose cells the prefix is
         if copy_from is not None:
             target.hold(source.cached[:n_reused])
             target.exact, target.prompt_len = source.exact, source.prompt_len
@@ -204,34 +183,15 @@ class Scheduler:
         seq.n_shared = n
 
     def _follow(self, seq: SeqState, shared: Mapping[Hashable, int] | None = None) -> None:
-        """Make ``seq`` wait for the request still reading the longest prefix it may keep, if
-        that gains at least a block, or an image (in the aligned layout). The same image in
-        the same place has the same key, so a follower takes its cells whole (as ``kept``
-        allows) instead of encoding it again, which costs far more than its positions' text.
-        ``shared``: what the index holds in common with its prompt, when already looked up."""
+        """Make ``seq`` wait for the request still reading the longest prefix it may keep
+        (``admission.leader_for``), if any; ``shared``: what the index holds in common with its
+        prompt, when already looked up."""
         seq.leader, seq.share_until = None, 0
         if not (self.prefix_sharing and self.layout.aligned):
             return
         if shared is None:
             shared = self.lookup(seq.prompt, seq.lora)
-        best, until = None, seq.n_past
-        for other in self.running:
-            if other is seq or other.leader is not None:
-                continue
-            if other.status is not SeqStatus.PREFILL:
-                continue  # its prompt's cells exist: admission already kept what it could
-            n = self.layout.kept(
-                shared.get(other.request_id, 0),
-                len(seq.prompt),
-                seq.image_spans,
-                exact=len(other.prompt) - 1,
-                cached_prompt=len(other.prompt),
-                tokens=seq.prompt,
-            )
-            if n > until and (n >= seq.n_past + self.layout.block or _gains_image(seq, n)):
-                best, until = other, n
-        if best is not None:
-            seq.leader, seq.share_until = best, until
+        seq.leader, seq.share_until = leader_for(seq, self.running, self.layout, shared)
 
     def prefix_taken(self, seq: SeqState, n_held: int) -> None:
         """The admitted sequence's cells hold its first ``n_held`` prompt tokens
@@ -425,20 +385,6 @@ class Scheduler:
             cuts[key] = n
         return cuts
 
-    def make_room(self, seqs: Sequence[SeqState]) -> tuple[SeqState, bool]:
-        """The cache had no room for a decode of ``seqs`` (idle cells already freed): the one
-        to give way, and whether it may wait (``pause`` it) rather than end. A sequence still
-        reading its prompt waits, the newest first, while another running request holds cells
-        that will free up (so some request always runs while any is paused, and its end
-        resumes them); otherwise the newest answer ends."""
-        asked = {seq.request_id for seq in seqs}
-        newest_first = [seq for seq in reversed(self.running) if seq.request_id in asked]
-        holders = [seq for seq in self.running if seq.n_past > 0 and not seq.paused]
-        for seq in newest_first:
-            if seq.status is SeqStatus.PREFILL and any(h is not seq for h in holders):
-                return seq, True
-        return newest_first[0], False
-
     def pause(self, seq: SeqState) -> None:
         """``seq``'s cells were dropped to make room: it reads its prompt again from the start
         once a request ends (its followers wait for it meanwhile)."""
@@ -450,10 +396,3 @@ class Scheduler:
     def _resume(self) -> None:
         for seq in self.running:
             seq.paused = False
-
-
-def _gains_image(seq: SeqState, n: int) -> bool:
-    """Whether taking the first ``n`` cells spares ``seq`` encoding one of its images."""
-    return any(
-        seq.n_past <= start and start + n_pos <= n for start, n_pos in seq.image_spans.items()
-    )
