@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-two-models bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -153,6 +153,10 @@ bench-lifecycle: models
 bench-overhead: models
 	$(BIN)/python benchmarks/bench_overhead.py --json $(RESULTS)/overhead.json
 
+# One model's decode beside a second model's engine (OpenMP's spin settings; about 2 minutes).
+bench-two-models: models
+	$(BIN)/python benchmarks/two_models.py --repeat 3 --json $(RESULTS)/two_models.json
+
 bench-profile: models
 	$(BIN)/python benchmarks/step_profile.py --json $(RESULTS)/step_profile.json
 
@@ -183,6 +187,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/prefill_fairness.py --server $(LLAMA_SERVER) --json $(RESULTS)/prefill_fairness.json
 	$(BIN)/python benchmarks/bench_overhead.py --json $(RESULTS)/overhead.json
 	$(BIN)/python benchmarks/step_profile.py --json $(RESULTS)/step_profile.json
+	$(BIN)/python benchmarks/two_models.py --repeat 3 --json $(RESULTS)/two_models.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed

@@ -13,6 +13,8 @@ cassettes, never come here).
 from __future__ import annotations
 
 from ...optional import requires
+from ..openmp_env import openmp_spin_settings
 
-with requires("local"):
+# libgomp reads its spin settings as llama.cpp loads it, which is now (``openmp_env.py``).
+with requires("local"), openmp_spin_settings():
     import llama_cpp  # noqa: F401  (every module here imports it next anyway)
