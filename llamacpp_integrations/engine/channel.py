@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 
@@ -36,14 +37,14 @@ class EventChannel:
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
         self._sync: queue.SimpleQueue[object] | None = None
-        self._async: asyncio.Queue[object] | None = None
+        self._async: _LoopQueue | None = None
         # An event read while merging the backlog that could not join it (an error, another
         # request's end...): the next read returns it first.
         self._held: object | None = None
         if loop is None:
             self._sync = queue.SimpleQueue()
         else:
-            self._async = asyncio.Queue()
+            self._async = _LoopQueue(loop)
 
     def put(self, event: object) -> bool:
         """Deliver an event (worker side). False when the receiving event loop is gone."""
@@ -52,7 +53,7 @@ class EventChannel:
             return True
         assert self._loop is not None and self._async is not None
         try:
-            self._loop.call_soon_threadsafe(self._async.put_nowait, event)
+            self._loop.call_soon_threadsafe(self._async.put, event)
         except RuntimeError:  # the loop was closed: nobody will ever read this
             return False
         return True
@@ -65,7 +66,7 @@ class EventChannel:
     def put_on_loop(self, event: object) -> None:
         """Queue an event, on the reading loop's thread (what ``put`` schedules there)."""
         assert self._async is not None
-        self._async.put_nowait(event)
+        self._async.put(event)
 
     @classmethod
     def for_loop(cls) -> EventChannel:
@@ -87,18 +88,9 @@ class EventChannel:
         if self._held is not None:
             event, self._held = self._held, None
             return event
-        if self._async.empty():
-            event = await self._await_event(alive)
-        else:  # mid-stream with a backlog: no wait_for task
-            event = self._async.get_nowait()
-        return self._merge_backlog(event)
-
-    async def _await_event(self, alive: Callable[[], bool]) -> object:
-        assert self._async is not None
-        for _ in _polls(alive):
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(self._async.get(), timeout=_POLL_S)
-        return _worker_gone()
+        if not await self._async.wait(alive):
+            return _worker_gone()
+        return self._merge_backlog(self._async.get_nowait())
 
     def _merge_backlog(self, event: object) -> object:
         """``event`` with the stream chunks queued behind it merged in, up to a request's end.
@@ -118,6 +110,60 @@ class EventChannel:
             self._held = event  # an error ends the stream after the tokens before it
             return _merged(waiting)
         return _merged([*waiting, event])
+
+
+class _LoopQueue:
+    """The events of a channel read on an event loop, touched only on that loop's thread.
+
+    A read that finds nothing waits on one future, which ``put`` resolves. What guards against
+    a dead worker is one timer per channel, armed while a read waits and checked every
+    ``_POLL_S``, rather than a timer and a task per read (``asyncio.wait_for``), which a
+    stream of many chunks would pay on the loop for every chunk.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._events: deque[object] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._watch: asyncio.TimerHandle | None = None
+
+    def put(self, event: object) -> None:
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._events
+
+    def get_nowait(self) -> object:
+        return self._events.popleft()
+
+    async def wait(self, alive: Callable[[], bool]) -> bool:
+        """Until an event waits (True), or the worker that would send one is gone (False).
+        The first wait asks nothing: a worker that ended may have sent its last event
+        (``call_soon_threadsafe``) to the loop still."""
+        first = True
+        while not self._events:
+            if not first and not alive():
+                return False
+            first = False
+            self._waiter = self._loop.create_future()
+            if self._watch is None:
+                self._watch = self._loop.call_later(_POLL_S, self._check)
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return True
+
+    def _check(self) -> None:
+        """The watch's turn: a read still waiting wakes to ask whether the worker lives (and
+        arms the watch again if it does)."""
+        self._watch = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 def _merged(chunks: Sequence[StreamChunk]) -> StreamChunk:

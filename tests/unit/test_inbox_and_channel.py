@@ -222,3 +222,48 @@ def test_an_outbox_reports_a_loop_that_closed_while_its_waker_handed_events_over
     finally:
         outbox.close()
         loop.close()
+
+
+def test_a_loop_reader_arms_one_watch_timer_not_one_per_read() -> None:
+    async def read() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        armed: list[float] = []
+        call_later = loop.call_later
+
+        def counting_call_later(delay: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            armed.append(delay)
+            return call_later(delay, *args, **kwargs)
+
+        loop.call_later = counting_call_later  # type: ignore[method-assign]
+        channel = EventChannel.for_loop()
+        read: list[object] = []
+
+        async def reader() -> None:
+            for _ in range(50):
+                read.append(await channel.aget(lambda: True))
+
+        task = asyncio.ensure_future(reader())
+        for i in range(50):
+            await asyncio.sleep(0)  # the reader waits before each event
+            channel.put(f"event {i}")
+            await asyncio.sleep(0)
+        await task
+        return read, len(armed)
+
+    events, timers = asyncio.run(read())
+    assert events == [f"event {i}" for i in range(50)]
+    assert timers == 1  # armed by the first wait, still pending at the last
+
+
+def test_a_cancelled_loop_read_leaves_the_channel_readable() -> None:
+    async def read() -> object:
+        channel = EventChannel.for_loop()
+        waiting = asyncio.ensure_future(channel.aget(lambda: True))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        channel.put("after")
+        return await channel.aget(lambda: True)
+
+    assert asyncio.run(read()) == "after"
