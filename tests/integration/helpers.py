@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from llamacpp_integrations.engine import (
     ChatMessage,
@@ -128,3 +132,24 @@ def agree_up_to_a_tie(plain: Completion, spec: Completion, tie_nats: float) -> b
     assert chosen in top, (at, plain.text, spec.text)
     assert max(top.values()) - top[chosen] <= tie_nats, (at, top, plain.text, spec.text)
     return False
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def in_fresh_process(
+    script: str, *args: str, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``script`` (``python -c``) in a new interpreter, where no other test loaded a
+    model or imported ``llama_cpp`` yet; the JSON object its last line of output prints."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=None if env is None else dict(env),
+        check=True,
+    )
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found

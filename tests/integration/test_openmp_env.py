@@ -6,17 +6,14 @@ In a fresh process, so that ``llama_cpp`` is imported there for the first time.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from llamacpp_integrations.engine.openmp_env import SPIN_SETTINGS
 
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import in_fresh_process
 
 SCRIPT = """
 import json, os, sys
@@ -31,35 +28,21 @@ print(json.dumps({"at_load": seen, "after": {n: os.environ.get(n) for n in names
 """
 
 
-def _run(env: dict[str, str]) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
-    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
-
-
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in SPIN_SETTINGS}
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the settings are libgomp's, on Linux")
 def test_llama_cpp_loads_with_the_spin_settings_and_the_environment_is_restored() -> None:
-    found = _run(_clean_env())
+    found = in_fresh_process(SCRIPT, env=_clean_env())
     assert found["at_load"], "llama_cpp loaded no library through ctypes"
-    assert all(seen == SPIN_SETTINGS for seen in found["at_load"])  # type: ignore[union-attr]
+    assert all(seen == SPIN_SETTINGS for seen in found["at_load"])
     assert found["after"] == {name: None for name in SPIN_SETTINGS}
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the settings are libgomp's, on Linux")
 def test_a_users_setting_is_kept() -> None:
-    found = _run({**_clean_env(), "OMP_WAIT_POLICY": "passive"})
+    found = in_fresh_process(SCRIPT, env={**_clean_env(), "OMP_WAIT_POLICY": "passive"})
     expected = {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": None}
-    assert all(seen == expected for seen in found["at_load"])  # type: ignore[union-attr]
+    assert all(seen == expected for seen in found["at_load"])
     assert found["after"] == expected

@@ -7,12 +7,9 @@ In a fresh process, so that no other test has loaded the weights already.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import in_fresh_process
 
 SCRIPT = """
 import gc, json, sys, threading
@@ -30,13 +27,5 @@ engine.close()
 
 
 def test_the_weights_load_ends_with_a_full_collection(smollm_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(smollm_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        check=True,
-    )
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = in_fresh_process(SCRIPT, str(smollm_path))
     assert any(name.startswith("llamacpp-engine:") for name in found["full_passes"])

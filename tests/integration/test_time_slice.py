@@ -6,8 +6,6 @@ In a fresh process, so that no other test's engine or threads are counted.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 
 from llamacpp_integrations.engine.worker.time_slice import DECODE_SLICE_NS
 
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import in_fresh_process
 
 SCRIPT = """
 import json, os, sys, threading
@@ -42,15 +40,7 @@ engine.close()
 
 @pytest.mark.skipif(sys.platform != "linux", reason="time slices are Linux's")
 def test_the_decode_threads_ask_for_the_long_slice(smollm_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(smollm_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        check=True,
-    )
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = in_fresh_process(SCRIPT, str(smollm_path))
     if not found["supported"]:
         pytest.skip("this kernel takes no slice requests")
     assert found["worker"] == DECODE_SLICE_NS
