@@ -113,7 +113,8 @@ class EventChannel:
 
 
 class _LoopQueue:
-    """The events of a channel read on an event loop, touched only on that loop's thread.
+    """The events of a channel read on an event loop, touched only on that loop's thread and
+    read by one task at a time (the request's handle).
 
     A read that finds nothing waits on one future, which ``put`` resolves. What guards against
     a dead worker is one timer per channel, armed while a read waits and checked every

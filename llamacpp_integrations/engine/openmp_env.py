@@ -6,8 +6,8 @@ embedding model, say) make two teams. GNU OpenMP (libgomp) counts the threads of
 ever started and, as soon as they outnumber the CPUs, cuts the spin of every barrier wait from
 its default to 100 turns before sleeping on a futex, for all teams, idle ones included. A
 decode passes hundreds of barriers, and each one then costs a sleep and a wake-up: measured on
-2 cores, one model's decode took half as long again once a second model's engine had served a
-single request, and stayed so while that engine sat idle.
+2 cores, one model's decode took half as long again or more once a second model's engine had
+served a single request, and stayed so while that engine sat idle.
 
 ``OMP_WAIT_POLICY=active`` with ``GOMP_SPINCOUNT=300000`` keeps the spin of a team with the CPUs
 to itself at libgomp's default (300000 turns, about 3 ms, then a sleep: an idle engine uses no
