@@ -39,12 +39,15 @@ from llamacpp_integrations.engine import (
     EngineConfig,
     SamplingParams,
 )
+from llamacpp_integrations.engine.openmp_env import SPIN_SETTINGS
 from llamacpp_integrations.models import resolve_model_path
 
-# Each side's environment for the child process, and what it is.
+# Each side's environment for the child process, and what it is. The engine's spin count set by
+# hand (libgomp's default too) makes the engine leave libgomp's settings alone.
+DEFAULT_SPIN = {"GOMP_SPINCOUNT": SPIN_SETTINGS["GOMP_SPINCOUNT"]}
 SIDES: dict[str, tuple[dict[str, str], str]] = {
     "ours": ({}, "the engine as it comes"),
-    "libgomp": ({"GOMP_SPINCOUNT": "300000"}, "libgomp's settings (GOMP_SPINCOUNT=300000 set)"),
+    "libgomp": (DEFAULT_SPIN, "libgomp's settings (GOMP_SPINCOUNT=300000 set)"),
 }
 PHASES = {
     "alone": "alone",
@@ -89,7 +92,7 @@ def child(chat_model: str, second_model: str, streams: int) -> dict[str, list[fl
 
 
 def run_side(side: str, args: argparse.Namespace) -> dict[str, list[float]]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env = {k: v for k, v in os.environ.items() if k not in SPIN_SETTINGS}
     env.update(SIDES[side][0])
     command = [sys.executable, __file__, "--child", "--chat", args.chat, "--second", args.second]
     done = subprocess.run(
