@@ -1,10 +1,10 @@
 """Per-request event channels and the handle a caller holds.
 
 The worker puts events (``StreamChunk``, embedding results, or an exception) into a channel; the
-caller reads them from a thread (blocking queue) or from asyncio (an ``asyncio.Queue`` fed with
-``loop.call_soon_threadsafe``, so the event loop is never blocked). Nothing else is shared between
-the two sides. Dropping a handle before its request ends cancels the request, like a closed
-connection would on a server.
+caller reads them from a thread (blocking queue) or from asyncio (a queue of the loop's own,
+``_LoopQueue``, fed with ``loop.call_soon_threadsafe``, so the event loop is never blocked).
+Nothing else is shared between the two sides. Dropping a handle before its request ends cancels
+the request, like a closed connection would on a server.
 
 An event loop that falls behind (many streams, a framework's work per chunk) reads the chunks
 already waiting for it as one: the loop wakes once per read whatever the backlog, so a reader
