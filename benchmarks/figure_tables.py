@@ -7,6 +7,7 @@ differs from what its function renders now, and ``--write`` (``make figures``) r
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -118,6 +119,50 @@ def single_stream_rates(results: Results) -> str:
         )
         reads.append(f"| {name} | {read:.0f} | {off} | {rate['server prompt']:.0f} | {ceiling} |")
     return "\n".join(lines + reads)
+
+
+def _paired(runs: Mapping[str, list[float]], side: str, peer: str) -> str:
+    """The median of each round's ``side`` / ``peer`` (a slow round slows both of its sides)."""
+    if peer not in runs or side not in runs:
+        return "n/a"
+    ratios = [a / b for a, b in zip(runs[side], runs[peer], strict=True) if b]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "n/a"
+
+
+def single_stream_paired(results: Results) -> str:
+    """docs/performance.md: single_stream.json's ratios round by round (the median of each
+    round's ratio, where the first table divides the medians of each side)."""
+    lines = [
+        "| model | side | greedy / tg128 | greedy / llama-server | sampled / tg128 "
+        "| sampled / llama-server | prompt read / pp512 |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for model in results["single_stream"]["models"]:
+        runs, name = model["runs"], _model_name(model["model"])
+        for side, label in (("engine", "`Engine.stream`"), ("langchain", "`ChatLlamaCpp.stream`")):
+            cells = [
+                f"{_paired(runs, f'{side} {mode}', 'tg128')} "
+                f"| {_paired(runs, f'{side} {mode}', f'server {mode}')}"
+                for mode in ("greedy", "sampled")
+            ]
+            read = _paired(runs, "engine prompt", "pp512") if side == "engine" else ""
+            lines.append(f"| {name} | {label} | {' | '.join(cells)} | {read} |")
+    return "\n".join(lines)
+
+
+def flash_attention_cpu(results: Results) -> str:
+    """docs/performance.md: flash_attention_cpu.json, llama-bench with flash attention off and
+    on, by depth (the median of each round's on / off)."""
+    data = results["flash_attention_cpu"]
+    depths = data["settings"]["depths"]
+    header = " | ".join(f"after {d:,} tokens" for d in depths)
+    lines = [f"| model | test | {header} |", "|---|---|" + "---:|" * len(depths)]
+    for model in data["models"]:
+        name, ratios = _model_name(model["model"]), model["on_over_off"]
+        for test, label in (("tg64", "decode, 1 stream"), ("pp512", "a 512-token prompt")):
+            cells = " | ".join(f"{ratios[f'{test} @ d{d}']:.2f}x" for d in depths)
+            lines.append(f"| {name} | {label} | {cells} |")
+    return "\n".join(lines)
 
 
 # --- the guides' tables (docs/guides/embeddings.md, speculative.md) --------------------------
