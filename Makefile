@@ -122,6 +122,8 @@ bench-images: models
 # written where the docs read them.
 bench-loop: models
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
+	$(BIN)/python benchmarks/loop_stall.py --threads 1 --levels 16 --adapters astream,llamaindex \
+		--repeat 5 --json $(RESULTS)/loop_stall_1_threads.json
 
 # The agent suite through both frameworks' agents (a few minutes); the tables in
 # docs/guides/agents.md come from it.
@@ -176,6 +178,8 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/embeddings.py --json $(RESULTS)/embeddings.json
 	$(BIN)/python benchmarks/images.py --json $(RESULTS)/images.json
 	$(BIN)/python benchmarks/loop_stall.py --repeat 5 --json $(RESULTS)/loop_stall.json
+	$(BIN)/python benchmarks/loop_stall.py --threads 1 --levels 16 --adapters astream,llamaindex \
+		--repeat 5 --json $(RESULTS)/loop_stall_1_threads.json
 	$(BIN)/python benchmarks/remote.py --server $(LLAMA_SERVER) --repeat 2 --json $(RESULTS)/remote.json
 	$(BIN)/python benchmarks/remote_embeddings.py --server $(LLAMA_SERVER) --json $(RESULTS)/remote_embeddings.json
 	$(BIN)/python benchmarks/serve.py --server $(LLAMA_SERVER) --json $(RESULTS)/serve.json

@@ -16,7 +16,8 @@ its runs (a pass holds the GIL throughout, so a long one is a loop gap whoever t
 Reported per level, over ``--repeat`` runs: the longest gap of any run and the 99th percentile
 of every run's gaps together (what a page may call the maximum and the P99), the median over
 the runs of each run's longest gap and of its P99 (the figures of the first results), the
-median wall time, and each run's own figures. Nothing is asserted; this is a report (timings
+median wall time, and each run's own figures (with when its longest gap began, in seconds from
+the start of the run's calls). Nothing is asserted; this is a report (timings
 are not tested).
 
 Run from the repository root, with ``LLAMACPP_INTEGRATIONS_MODELS`` pointing at the models::
@@ -61,12 +62,14 @@ TOPICS = [
 ]  # fmt: skip
 
 
-async def _heartbeat(gaps: list[float], stop: asyncio.Event) -> None:
+async def _heartbeat(gaps: list[float], starts: list[float], stop: asyncio.Event) -> None:
+    """Each wake-up's lateness into ``gaps``, and when its sleep began into ``starts``."""
     last = time.perf_counter()
     while not stop.is_set():
         await asyncio.sleep(0.001)
         now = time.perf_counter()
         gaps.append(now - last - 0.001)
+        starts.append(last)
         last = now
 
 
@@ -127,26 +130,31 @@ class GcPasses:
 GC = GcPasses()
 
 
-async def one_level(call: Call, n: int, round_index: int) -> tuple[list[float], float]:
-    """Every heartbeat gap and the wall time (seconds) for ``n`` concurrent calls."""
+async def one_level(call: Call, n: int, round_index: int) -> tuple[list[float], float, float]:
+    """Every heartbeat gap, the wall time (seconds) for ``n`` concurrent calls, and when the
+    longest gap began (seconds from the calls' start)."""
     gaps: list[float] = []
+    starts: list[float] = []
     stop = asyncio.Event()
-    ticker = asyncio.create_task(_heartbeat(gaps, stop))
+    ticker = asyncio.create_task(_heartbeat(gaps, starts, stop))
     await asyncio.sleep(0.05)  # let the heartbeat settle
     gaps.clear()
+    starts.clear()
     start = time.perf_counter()
     questions = [f"Round {round_index}: tell me about {topic}." for topic in TOPICS[:n]]
     await asyncio.gather(*(call(q) for q in questions))
     wall = time.perf_counter() - start
     stop.set()
     await ticker
-    return gaps, wall
+    longest = max(range(len(gaps)), key=gaps.__getitem__)
+    return gaps, wall, starts[longest] - start
 
 
 def summary(n: int, runs: list[dict[str, float]], every_gap: list[float]) -> dict[str, Any]:
     return {
         "concurrent": n,
         "longest_gap_ms": max(every_gap) * 1000,
+        "longest_gap_at_s": max(runs, key=lambda run: run["max_gap_ms"])["max_gap_at_s"],
         "p99_all_gaps_ms": percentile(sorted(every_gap), 0.99) * 1000,
         # The first results' figures, kept under their names: medians over the runs.
         "max_gap_ms": statistics.median(r["max_gap_ms"] for r in runs),
@@ -162,11 +170,12 @@ async def measure(name: str, call: Call, n: int, repeat: int, round_index: int) 
     every_gap: list[float] = []
     GC.clear()
     for index in range(repeat):
-        gaps, wall = await one_level(call, n, round_index + index + 1)
+        gaps, wall, longest_at = await one_level(call, n, round_index + index + 1)
         every_gap += gaps
         runs.append(
             {
                 "max_gap_ms": max(gaps) * 1000,
+                "max_gap_at_s": longest_at,
                 "p99_gap_ms": percentile(sorted(gaps), 0.99) * 1000,
                 "wall_s": wall,
             }
@@ -261,7 +270,10 @@ async def main() -> None:
         "heartbeat_ms": 1,
         "engine": "EngineConfig defaults otherwise, one engine for every adapter",
     }
-    results.write(args.json, "loop_stall", settings, levels=rows)
+    # A run with a thread count of its own is a benchmark of its own (the report reads each
+    # benchmark's latest results file by this name).
+    name = "loop_stall" if args.threads is None else f"loop_stall_{args.threads}_threads"
+    results.write(args.json, name, {**settings, "threads": config.threads}, levels=rows)
 
 
 if __name__ == "__main__":
