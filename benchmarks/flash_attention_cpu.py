@@ -23,17 +23,15 @@ Run from the repository root, with ``LLAMACPP_INTEGRATIONS_MODELS`` pointing at 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import llamabench
 import results
 
-from llamacpp_integrations.engine.native.tuning import cpu_advertises_amx
 from llamacpp_integrations.models import resolve_model_path
 
 SETTINGS = {"off": "0", "on": "1"}
@@ -41,22 +39,18 @@ SETTINGS = {"off": "0", "on": "1"}
 
 
 def bench_flags(threads: int, depths: list[int], fa: str) -> list[str]:
-    flags = ["-p", "512", "-n", "64", "-d", ",".join(map(str, depths)), "-r", "1"]
-    flags += ["-t", str(threads), "-fa", fa]
-    return flags + (["--repack", "0"] if cpu_advertises_amx() else [])
+    depth = ",".join(map(str, depths))
+    return ["-p", "512", "-n", "64", "-d", depth, "-r", "1", "-t", str(threads), "-fa", fa,
+            *llamabench.repack_off()]  # fmt: skip
 
 
-def run_bench(binary: str, model: str, flags: list[str]) -> dict[str, float]:
+def rates(binary: str, model: str, flags: list[str]) -> dict[str, float]:
     """Tokens/s by test, ``"tg64 @ d1024"`` style, from one llama-bench process."""
-    done = subprocess.run(
-        [binary, "-m", model, *flags, "-o", "json"],
-        capture_output=True, text=True, timeout=1800, check=True,
-    )  # fmt: skip
-    rates: dict[str, float] = {}
-    for test in json.loads(done.stdout):
+    found: dict[str, float] = {}
+    for test in llamabench.run(binary, model, flags):
         name = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
-        rates[f"{name} @ d{test['n_depth']}"] = float(test["avg_ts"])
-    return rates
+        found[f"{name} @ d{test['n_depth']}"] = float(test["avg_ts"])
+    return found
 
 
 def measure_model(args: argparse.Namespace, name: str, depths: list[int]) -> dict[str, Any]:
@@ -66,8 +60,7 @@ def measure_model(args: argparse.Namespace, name: str, depths: list[int]) -> dic
         order = list(SETTINGS) if r % 2 == 0 else list(reversed(SETTINGS))
         for side in order:
             flags = bench_flags(args.threads, depths, SETTINGS[side])
-            rates = run_bench(args.llama_bench, model, flags)
-            for test, rate in rates.items():
+            for test, rate in rates(args.llama_bench, model, flags).items():
                 runs[side].setdefault(test, []).append(rate)
         print(f"  {Path(model).name}: round {r + 1} of {args.rounds}", file=sys.stderr)
     tests = list(runs["off"])

@@ -35,7 +35,6 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import llamabench
 import results
 from langchain_core.messages import HumanMessage
 from speculative import DOCUMENT
@@ -184,20 +184,15 @@ def server_prompt_read(port: int, prompt: str) -> tuple[int, float]:
 
 def bench_flags(threads: int) -> list[str]:
     flags = ["-p", "512", "-n", "128", "-r", "1", "-t", str(threads), "-fa", "off"]
-    return flags + (["--repack", "0"] if cpu_advertises_amx() else [])
+    return flags + llamabench.repack_off()
 
 
 def llama_bench(binary: str, model: str, threads: int) -> dict[str, float]:
     """tg128 and pp512 in tokens/s from one llama-bench process (one repetition each)."""
-    done = subprocess.run(
-        [binary, "-m", model, *bench_flags(threads), "-o", "json"],
-        capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
-    rates: dict[str, float] = {}
-    for test in json.loads(done.stdout):
-        name = "pp512" if test["n_prompt"] else "tg128"
-        rates[name] = float(test["avg_ts"])
-    return rates
+    return {
+        "pp512" if test["n_prompt"] else "tg128": float(test["avg_ts"])
+        for test in llamabench.run(binary, model, bench_flags(threads))
+    }
 
 
 # ---- one model ----------------------------------------------------------------------------
