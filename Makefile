@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-two-models bench-flash-attention bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-two-models bench-flash-attention bench-cpu-limit bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -167,6 +167,11 @@ bench-flash-attention: models $(LLAMA_BENCH)
 bench-profile: models
 	$(BIN)/python benchmarks/step_profile.py --json $(RESULTS)/step_profile.json
 
+# One stream in a real cgroup allowed one CPU: the default thread count against every CPU the
+# process sees (needs the right to make a cgroup: root on Linux; about 1 minute).
+bench-cpu-limit: models
+	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --json $(RESULTS)/cpu_limit.json
+
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
 # About 55 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
@@ -199,6 +204,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/two_models.py --repeat 3 --json $(RESULTS)/two_models.json
 	$(BIN)/python benchmarks/flash_attention_cpu.py --llama-bench $(LLAMA_BENCH) --rounds 4 \
 		--json $(RESULTS)/flash_attention_cpu.json
+	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --skip-without-cgroup --json $(RESULTS)/cpu_limit.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed

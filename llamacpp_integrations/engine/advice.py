@@ -4,7 +4,8 @@ devices and an engine's placement.
 With a GPU (discrete, integrated or Apple's unified memory): every layer when the weights, the
 KV cache and a reserve for compute buffers fit in the GPUs' room; else a q8_0 KV cache when that
 makes them fit; else as many layers as fit. Flash attention on. On unified memory, mmap on (the
-mapped file is the GPU's copy). Without one: no layers to offload, one thread per physical core,
+mapped file is the GPU's copy). Without one: no layers to offload, the default thread count
+(``cpu_budget.py``: one per physical core within the cgroup's CPU limit),
 mmap on, and a q8_0 KV cache when the host has less free memory than the cache takes.
 
 The GPUs' room counts what the engine already put there (``gpu_room``), so advice read after a
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .config import QUANTIZED_KV_TYPES, EngineConfig
+from .cpu_budget import CpuBudget
 from .machine import DeviceInfo, MachineReport, Placement, Recommendation, gib
 from .sizing import GPU_RESERVE_MIN, GPU_RESERVE_SHARE, cache_type_bytes
 
@@ -114,7 +116,7 @@ def _for_cpu(
     devices: Sequence[DeviceInfo],
     config: EngineConfig,
     placement: Placement,
-    physical_cores: int | None,
+    cpus: CpuBudget | None,
 ) -> list[Recommendation]:
     advice = [
         Recommendation(
@@ -125,16 +127,8 @@ def _for_cpu(
             "Vulkan or ROCm build of llama-cpp-python offloads layers",
         )
     ]
-    if physical_cores is not None:
-        advice.append(
-            Recommendation(
-                "n_threads",
-                physical_cores,
-                config.threads,
-                "one thread per physical core: decoding waits on memory, and a second thread "
-                "on a core's other hyperthread only competes with the first",
-            )
-        )
+    if cpus is not None:
+        advice.append(Recommendation("n_threads", cpus.threads, config.threads, cpus.reason()))
     advice.append(
         Recommendation(
             "use_mmap",
@@ -157,21 +151,21 @@ def recommend(
     placement: Placement,
     *,
     weights_bytes: int,
-    physical_cores: int | None,
+    cpus: CpuBudget | None,
 ) -> tuple[Recommendation, ...]:
     """The settings suiting a machine with ``devices`` for an engine with ``config`` that
     placed its ``weights_bytes`` of weights as ``placement`` says."""
     gpus = [d for d in devices if d.takes_layers]
     if gpus:
         return tuple(_for_gpus(gpus, config, placement, weights_bytes))
-    return tuple(_for_cpu(devices, config, placement, physical_cores))
+    return tuple(_for_cpu(devices, config, placement, cpus))
 
 
 def machine_report(
     *,
     backends: Sequence[str],
     devices: Sequence[DeviceInfo],
-    physical_cores: int | None,
+    cpus: CpuBudget | None,
     placement: Placement | None,
     config: EngineConfig,
     weights_bytes: int,
@@ -181,8 +175,13 @@ def machine_report(
     advice = (
         ()
         if placement is None
-        else recommend(
-            devices, config, placement, weights_bytes=weights_bytes, physical_cores=physical_cores
-        )
+        else recommend(devices, config, placement, weights_bytes=weights_bytes, cpus=cpus)
     )
-    return MachineReport(tuple(backends), tuple(devices), physical_cores, placement, advice)
+    return MachineReport(
+        tuple(backends),
+        tuple(devices),
+        None if cpus is None else cpus.cores,
+        placement,
+        advice,
+        cpu_quota=None if cpus is None else cpus.quota,
+    )

@@ -25,7 +25,8 @@ from typing import Literal, get_args
 
 from ..errors import InvalidRequestError
 from ..models import resolve_mmproj_path, resolve_model_path
-from .config_values import LoraAdapter, lora_adapters, tensor_split, usable_cpus
+from .config_values import LoraAdapter, lora_adapters, tensor_split
+from .cpu_budget import read_cpu_budget
 
 Pooling = Literal["mean", "cls", "last", "rank", "model"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
@@ -140,7 +141,8 @@ class EngineConfig:
             block) with one still being read waits for that request's cells and copies them,
             reading only the rest, instead of reading the shared prefix again, images in it
             included (needs the prefill layout: ``prefill_block`` not ``0``).
-        n_threads: CPU threads for decoding; ``None`` uses every CPU this process may run on.
+        n_threads: CPU threads for decoding; ``None``: one per physical core this process may
+            run on, within its container's CPU limit (``engine/cpu_budget.py``).
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all, ``0`` for
             none). ``None`` (the default): every layer when llama.cpp was built with a GPU
             backend and the weights fit in the GPU's free memory, as many as fit when they do
@@ -419,8 +421,10 @@ class EngineConfig:
 
     @property
     def threads(self) -> int:
-        """``n_threads`` resolved: every CPU this process may run on when it is ``None``."""
-        return self.n_threads or usable_cpus()
+        """``n_threads`` resolved: when it is ``None``, one thread per physical core this
+        process may run on (performance cores on a hybrid CPU), no more than its cgroup's CPU
+        limit (``engine/cpu_budget.py``)."""
+        return self.n_threads or read_cpu_budget().threads
 
     def resolved(self) -> EngineConfig:
         """The same settings with ``model``, ``mmproj`` and ``speculative_draft_model`` as

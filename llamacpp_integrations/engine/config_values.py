@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..errors import InvalidRequestError
 
-__all__ = ["LoraAdapter", "lora_adapters", "tensor_split", "usable_cpus"]
+__all__ = ["LoraAdapter", "lora_adapters", "tensor_split"]
 
 
 @dataclass(frozen=True)
@@ -70,12 +69,3 @@ def tensor_split(value: object) -> tuple[float, ...]:
             "tensor_split needs non-negative shares, at least one of them positive"
         )
     return split
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: a container's or ``taskset``'s share, not the host's
-    count (llama.cpp's threads wait for each other at every step, so one more thread than CPUs
-    leaves all of them spinning on the one that is not running)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1

@@ -91,7 +91,8 @@ class Placement:
     largest (the engine's ``ContextChoice.kv_bytes``). ``flash_attention`` is what the engine
     passes to llama.cpp: on, off, or ``None`` for llama.cpp's own choice (``auto``: on where
     the KV cache's device runs it). ``backend`` is the backend computing the offloaded layers
-    (``CUDA``, ``Metal``, ``Vulkan``...), ``CPU`` when none are.
+    (``CUDA``, ``Metal``, ``Vulkan``...), ``CPU`` when none are. ``n_threads`` is how many
+    threads the CPU's share of a decode runs on (``EngineConfig.threads``).
     """
 
     n_layer: int | None
@@ -106,6 +107,7 @@ class Placement:
     flash_attention_set: bool | None
     flash_attention: bool | None
     backend: str = "CPU"
+    n_threads: int | None = None
 
     def describe_offload(self) -> str:
         total = "?" if self.n_layer is None else str(self.n_layer)
@@ -167,6 +169,7 @@ def placement_of(
         # What the engine passes: resolved against the setting, as its contexts resolve it.
         flash_attention=config.flash_attention_for(decided),
         backend=(gpu_backend or "GPU") if layers else "CPU",
+        n_threads=config.threads,
     )
 
 
@@ -199,6 +202,8 @@ class MachineReport:
     physical_cores: int | None
     placement: Placement | None
     recommendations: tuple[Recommendation, ...]
+    cpu_quota: float | None = None
+    """The CPUs' worth of time the process's cgroup allows per period; ``None``: no limit."""
 
     @property
     def gpus(self) -> tuple[DeviceInfo, ...]:
@@ -210,6 +215,8 @@ class MachineReport:
         rows += [("device", d.describe()) for d in self.devices]
         cores = "unknown" if self.physical_cores is None else str(self.physical_cores)
         rows.append(("physical cores", cores))
+        if self.cpu_quota is not None:
+            rows.append(("CPU limit", f"{self.cpu_quota:g} CPUs (the cgroup's quota)"))
         if self.placement is not None:
             rows.append(("offload", self.placement.describe_offload()))
             rows.append(("KV cache", self.placement.describe_kv()))

@@ -7,37 +7,21 @@ short name, ``hf://`` or ``ollama://``) and load the engine in the constructor, 
 registry as every adapter does, so the weights are read once per actor, before its first batch.
 
 An actor that leaves ``n_threads`` unset decodes on as many threads as the CPUs Ray reserved
-for it (``num_cpus``): the engine's default, every CPU of the machine, would have two actors on
+for it (``num_cpus``): the engine's default, the node's cores, would have two actors on
 one node spin against each other.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..client import EngineSettings, engine_settings_of
 from ..engine import InferenceEngine
-from ..optional import require
+from .reservation import actor_cpus
 
-__all__ = ["BatchJobSettings", "actor_cpus"]
-
-
-def actor_cpus() -> int | None:
-    """The whole CPUs Ray reserved for the calling actor, or ``None`` outside one (in the
-    driver, or where Ray was never imported)."""
-    if "ray" not in sys.modules:  # nothing imported Ray: this is not a Ray worker
-        return None
-    ray = require("ray", "ray")
-    if not ray.is_initialized():
-        return None
-    context = ray.get_runtime_context()
-    if context.get_actor_id() is None:  # the driver (or a task): no reservation of its own
-        return None
-    cpus = context.get_assigned_resources().get("CPU")
-    return max(1, int(cpus)) if cpus else None
+__all__ = ["BatchJobSettings"]
 
 
 class BatchJobSettings(EngineSettings):

@@ -13,6 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,11 @@ def wait_until_idle(engine: RayEngine) -> int:
 
 def test_engine_describes_the_replicas_model(engine: RayEngine, local: InferenceEngine) -> None:
     assert isinstance(engine, InferenceEngine)
-    assert engine.info == local.info
+    # The replica decodes on the one CPU Ray reserved for it (num_cpus=1), whatever the node has.
+    placement = engine.info.placement
+    assert placement is not None and placement.n_threads == 1
+    assert local.info.placement is not None
+    assert engine.info == replace(local.info, placement=replace(local.info.placement, n_threads=1))
     assert engine.tokenize("Hello") == local.tokenize("Hello")
     assert engine.chunks_long_texts and engine.media_marker is None
 

@@ -14,6 +14,7 @@ import pytest
 
 from llamacpp_integrations.engine import EngineConfig
 from llamacpp_integrations.engine.advice import gpu_room, kv_bytes_as, machine_report, recommend
+from llamacpp_integrations.engine.cpu_budget import CpuBudget
 from llamacpp_integrations.engine.machine import (
     DeviceInfo,
     Placement,
@@ -113,7 +114,9 @@ def test_a_24_gib_card_takes_every_layer_with_flash_attention() -> None:
     card = cuda(free=24 * GiB - WEIGHTS - GiB)
     assert gpu_room([card], placement, WEIGHTS) == 24 * GiB
     advice = by_setting(
-        recommend([CPU, card], EngineConfig(), placement, weights_bytes=WEIGHTS, physical_cores=16)
+        recommend(
+            [CPU, card], EngineConfig(), placement, weights_bytes=WEIGHTS, cpus=CpuBudget(16, 16)
+        )
     )
     layers = advice["n_gpu_layers"]
     assert layers.value == -1 and not layers.is_change
@@ -129,7 +132,7 @@ def test_a_kv_cache_too_big_for_the_card_is_quantized() -> None:
             EngineConfig(),
             placement,
             weights_bytes=WEIGHTS,
-            physical_cores=8,
+            cpus=CpuBudget(8, 8),
         )
     )
     assert advice["n_gpu_layers"].value == -1
@@ -147,7 +150,7 @@ def test_a_card_too_small_for_the_model_takes_the_layers_that_fit() -> None:
             EngineConfig(),
             placement,
             weights_bytes=WEIGHTS,
-            physical_cores=8,
+            cpus=CpuBudget(8, 8),
         )
     )
     layers = advice["n_gpu_layers"].value
@@ -160,7 +163,7 @@ def test_a_card_too_small_for_the_model_takes_the_layers_that_fit() -> None:
         EngineConfig(),
         placement,
         weights_bytes=WEIGHTS,
-        physical_cores=8,
+        cpus=CpuBudget(8, 8),
     )
     assert by_setting(none)["n_gpu_layers"].value == 0
     assert "flash_attention" not in by_setting(none)
@@ -176,7 +179,7 @@ def test_apple_unified_memory_keeps_mmap_and_offloads() -> None:
             EngineConfig(use_mmap=False),
             placement,
             weights_bytes=WEIGHTS,
-            physical_cores=12,
+            cpus=CpuBudget(12, 12),
         )
     )
     assert advice["n_gpu_layers"].value == -1
@@ -193,7 +196,7 @@ def test_apple_unified_memory_keeps_mmap_and_offloads() -> None:
 def test_a_cpu_only_machine_gets_a_thread_per_physical_core_and_mmap() -> None:
     config = EngineConfig(n_threads=16)
     placement = placed(config, GiB, n_gpu_layers=0, gpu_build=False)
-    advice = recommend([CPU], config, placement, weights_bytes=WEIGHTS, physical_cores=8)
+    advice = recommend([CPU], config, placement, weights_bytes=WEIGHTS, cpus=CpuBudget(8, 8))
     settings = by_setting(advice)
     assert settings["n_gpu_layers"].value == 0
     assert "CUDA, Metal, Vulkan or ROCm" in settings["n_gpu_layers"].why
@@ -209,13 +212,13 @@ def test_a_host_short_of_memory_gets_a_q8_0_kv_cache() -> None:
     small = replace(CPU, free_bytes=GiB)
     placement = placed(EngineConfig(), 2 * GiB, n_gpu_layers=0, gpu_build=False)
     settings = by_setting(
-        recommend([small], EngineConfig(), placement, weights_bytes=WEIGHTS, physical_cores=4)
+        recommend([small], EngineConfig(), placement, weights_bytes=WEIGHTS, cpus=CpuBudget(4, 4))
     )
     assert settings["type_k"].value == "q8_0"
     # Already quantized: nothing more to say about it.
     quantized = EngineConfig(type_k="q8_0", type_v="q8_0")
     placement = placed(quantized, 2 * GiB, n_gpu_layers=0, gpu_build=False)
-    again = recommend([small], quantized, placement, weights_bytes=WEIGHTS, physical_cores=4)
+    again = recommend([small], quantized, placement, weights_bytes=WEIGHTS, cpus=CpuBudget(4, 4))
     assert "type_k" not in by_setting(again)
 
 
@@ -227,7 +230,7 @@ def test_the_report_has_a_line_per_fact_and_reads_as_json() -> None:
     machine = machine_report(
         backends=["CPU"],
         devices=[CPU],
-        physical_cores=4,
+        cpus=CpuBudget(4, 4),
         placement=placement,
         config=EngineConfig(n_threads=4),
         weights_bytes=WEIGHTS,
@@ -252,7 +255,7 @@ def test_the_report_has_a_line_per_fact_and_reads_as_json() -> None:
     bare = machine_report(
         backends=["CPU"],
         devices=[CPU],
-        physical_cores=4,
+        cpus=CpuBudget(4, 4),
         placement=None,
         config=EngineConfig(),
         weights_bytes=WEIGHTS,
@@ -272,3 +275,19 @@ def test_the_placement_travels_in_model_info_to_the_adapters() -> None:
     # them: neither gets one; their windows come from the context the placement sizes.
     assert chat.profile is not None and "placement" not in chat.profile
     assert chat.profile["max_input_tokens"] == info.n_ctx_per_seq
+
+
+def test_a_container_limit_shows_in_the_report_and_the_thread_advice() -> None:
+    placement = placed(EngineConfig(), GiB, n_gpu_layers=0, gpu_build=False)
+    machine = machine_report(
+        backends=["CPU"],
+        devices=[CPU],
+        cpus=CpuBudget(allowed=16, cores=8, quota=2.0),
+        placement=placement,
+        config=EngineConfig(n_threads=8),
+        weights_bytes=WEIGHTS,
+    )
+    assert dict(machine.rows())["CPU limit"] == "2 CPUs (the cgroup's quota)"
+    assert machine.physical_cores == 8 and machine.cpu_quota == 2.0
+    threads = by_setting(machine.recommendations)["n_threads"]
+    assert (threads.value, threads.current) == (2, 8) and "the cgroup allows 2 CPUs" in threads.why

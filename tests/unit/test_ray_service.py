@@ -118,6 +118,19 @@ def test_service_takes_a_config_or_a_model_and_settings(held: list[Any]) -> None
         EngineService(EngineConfig(model="c.gguf"), model="m.gguf")
 
 
+def test_a_replica_decodes_on_the_cpus_ray_reserved(
+    held: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_service, "actor_cpus", lambda: 3)
+    EngineService(model="m.gguf")
+    EngineService(EngineConfig(model="c.gguf"))
+    EngineService(model="m.gguf", n_threads=1)  # a choice of the user's stands
+    assert [settings["n_threads"] for _, settings in held] == [3, 3, 1]
+    monkeypatch.setattr(engine_service, "actor_cpus", lambda: None)  # not in a Ray actor
+    EngineService(model="m.gguf")
+    assert "n_threads" not in held[-1][1]
+
+
 def test_service_answers_as_the_engine(held: list[Any]) -> None:
     service = EngineService(model="m.gguf")
     request = ChatRequest(messages=[{"role": "user", "content": "Hi"}])

@@ -9,7 +9,6 @@ it with ctypes.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from functools import cache
 from pathlib import Path
@@ -19,6 +18,7 @@ import llama_cpp
 from ...models import GGUFInfo
 from ..advice import machine_report
 from ..config import EngineConfig
+from ..cpu_budget import read_cpu_budget
 from ..machine import DeviceInfo, DeviceKind, MachineReport, Placement, placement_of
 from ..results import ModelInfo
 from ..sizing import ContextChoice, OffloadChoice, host_available_memory
@@ -29,7 +29,6 @@ __all__ = [
     "gpu_free_memory",
     "gpu_offload_supported",
     "loaded_placement",
-    "physical_cores",
     "read_machine",
 ]
 
@@ -164,38 +163,13 @@ def backend_devices() -> tuple[DeviceInfo, ...]:
     return tuple(found)
 
 
-def physical_cores() -> int | None:
-    """Physical cores this process may run on (hyperthreads of one core count once), from
-    ``/proc/cpuinfo``; the logical CPUs where it does not say; ``None`` when nothing does."""
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    cores: set[tuple[str, str]] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            blocks = cpuinfo.read().split("\n\n")
-    except OSError:
-        blocks = []
-    for block in blocks:
-        fields = dict(
-            (key.strip(), value.strip())
-            for key, _, value in (line.partition(":") for line in block.splitlines())
-        )
-        if "processor" not in fields or "core id" not in fields:
-            continue
-        if allowed is not None and int(fields["processor"]) not in allowed:
-            continue
-        cores.add((fields.get("physical id", "0"), fields["core id"]))
-    if cores:
-        return len(cores)
-    return len(allowed) if allowed else os.cpu_count()
-
-
 def read_machine(config: EngineConfig, info: ModelInfo) -> MachineReport:
     """This machine as llama.cpp sees it now, and where the engine with ``config`` and
     ``info`` put its model, with the settings recommended for the machine."""
     return machine_report(
         backends=backend_names(),
         devices=backend_devices(),
-        physical_cores=physical_cores(),
+        cpus=read_cpu_budget(),
         placement=info.placement,
         config=config,
         weights_bytes=info.size_bytes,
