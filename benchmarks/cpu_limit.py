@@ -6,7 +6,7 @@ real cgroup with ``--quota`` CPUs' worth of time per 100 ms period (v2's ``cpu.m
 cpu controller is on, else v1's ``cpu.cfs_quota_us``), and in it, one side after the other, a
 fresh process streams ``--tokens`` greedy tokens of SmolLM2 through ``Engine.astream`` with:
 
-* ``every CPU``: ``n_threads`` = the CPUs the process may run on (the old default);
+* ``every_cpu``: ``n_threads`` = the CPUs the process may run on (the old default);
 * ``default``: ``n_threads=None``, which reads the cgroup's limit (``engine/cpu_budget.py``).
 
 Each process also runs a heartbeat on its event loop. Reported per side, medians over
@@ -38,7 +38,7 @@ from typing import Any
 
 import results
 
-SIDES = ("every CPU", "default")
+SIDES = ("every_cpu", "default")
 CGROUPS = Path("/sys/fs/cgroup")
 
 
@@ -134,7 +134,7 @@ async def _stream(tokens: int, threads: int | None) -> dict[str, Any]:
 
 
 def child(side: str, tokens: int) -> None:
-    threads = len(os.sched_getaffinity(0)) if side == "every CPU" else None
+    threads = len(os.sched_getaffinity(0)) if side == "every_cpu" else None
     print(json.dumps(asyncio.run(_stream(tokens, threads))))
 
 
@@ -167,7 +167,7 @@ def main() -> None:
         | {"threads": runs[side][0]["threads"]}
         for side in SIDES
     }
-    every, default = runs["every CPU"], runs["default"]
+    every, default = runs["every_cpu"], runs["default"]
     ratio = statistics.median(d["tok_s"] / e["tok_s"] for d, e in zip(default, every, strict=True))
     print("\n| side | threads | tok/s | longest wait between tokens | longest loop gap |")
     print("|---|---:|---:|---:|---:|")
@@ -176,7 +176,7 @@ def main() -> None:
             f"| {side} | {row['threads']} | {row['tok_s']:.1f} | "
             f"{row['longest_token_wait_ms']:.1f} ms | {row['longest_loop_gap_ms']:.1f} ms |"
         )
-    print(f"\ndefault / every CPU, tokens/s (median of the rounds' ratios): {ratio:.2f}x")
+    print(f"\ndefault / every_cpu, tokens/s (median of the rounds' ratios): {ratio:.2f}x")
     settings = {
         "cgroup": f"{version}, {args.quota:g} CPUs per 100 ms period",
         "cpus_seen": len(os.sched_getaffinity(0)),
@@ -184,7 +184,7 @@ def main() -> None:
         "tokens": args.tokens,
         "rounds": args.rounds,
         "request": "Engine.astream, greedy, ignore_eos, one request after a 4-token warm-up",
-        "sides": {"every CPU": "n_threads = the CPUs the process may run on", "default": "None"},
+        "sides": {"every_cpu": "n_threads = the CPUs the process may run on", "default": "None"},
         "figures": "medians over the rounds; default_over_every_cpu: median of each round's ratio",
     }
     results.write(
