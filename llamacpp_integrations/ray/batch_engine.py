@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..client import EngineSettings, engine_settings_of
 from ..engine import InferenceEngine
-from .reservation import actor_cpus
+from .reservation import actor_threads
 
 __all__ = ["BatchJobSettings"]
 
@@ -55,9 +55,9 @@ class BatchJobSettings(EngineSettings):
 
     def _engine_settings(self) -> dict[str, Any]:
         settings = engine_settings_of(self)
-        cpus = actor_cpus()
-        if cpus is not None and "n_threads" not in settings:
-            settings["n_threads"] = cpus
+        threads = actor_threads()
+        if threads is not None and "n_threads" not in settings:
+            settings["n_threads"] = threads
         return settings
 
     def load(self, engine: InferenceEngine | None = None) -> InferenceEngine:

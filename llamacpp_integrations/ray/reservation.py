@@ -1,15 +1,18 @@
-"""What Ray reserved for the calling actor, read only where Ray is already in use.
+"""The threads an engine in a Ray actor decodes on: what Ray reserved for the actor.
 
-This module imports no Ray: outside a Ray worker it answers ``None`` without loading it.
+Ray places actors by the CPUs they reserve (``num_cpus``), not by the cores they use: an engine
+that counted the node's cores would have every actor on the node share them. Read only where
+Ray is already in use: outside a Ray worker this answers ``None`` without importing Ray.
 """
 
 from __future__ import annotations
 
 import sys
 
+from ..engine.cpu_budget import read_cpu_budget
 from ..optional import require
 
-__all__ = ["actor_cpus"]
+__all__ = ["actor_cpus", "actor_threads"]
 
 
 def actor_cpus() -> int | None:
@@ -25,3 +28,11 @@ def actor_cpus() -> int | None:
         return None
     cpus = context.get_assigned_resources().get("CPU")
     return max(1, int(cpus)) if cpus else None
+
+
+def actor_threads() -> int | None:
+    """The default ``n_threads`` of an engine made in the calling actor: its reserved whole
+    CPUs, no more than the cores the process may use (``engine/cpu_budget.py``: a reservation
+    larger than the cores, or than a pod's CPU limit, gains nothing); ``None`` outside one."""
+    cpus = actor_cpus()
+    return None if cpus is None else min(cpus, read_cpu_budget().threads)

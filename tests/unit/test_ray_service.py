@@ -17,6 +17,7 @@ import pytest
 
 from llamacpp_integrations import errors
 from llamacpp_integrations.engine import EngineConfig
+from llamacpp_integrations.engine.cpu_budget import CpuBudget
 from llamacpp_integrations.engine.results import Completion, StreamChunk, Usage
 from llamacpp_integrations.engine.types import (
     ChatMessage,
@@ -26,7 +27,7 @@ from llamacpp_integrations.engine.types import (
 )
 from llamacpp_integrations.prompts.media import ImageInput
 from llamacpp_integrations.prompts.reasoning import ReasoningFormat, ReasoningSpec
-from llamacpp_integrations.ray import engine_service
+from llamacpp_integrations.ray import engine_service, reservation
 from llamacpp_integrations.ray.engine_service import EngineService
 from llamacpp_integrations.testing import ScriptedEngine
 from llamacpp_integrations.testing.scripted import SCRIPTED_TIMINGS
@@ -121,14 +122,25 @@ def test_service_takes_a_config_or_a_model_and_settings(held: list[Any]) -> None
 def test_a_replica_decodes_on_the_cpus_ray_reserved(
     held: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine_service, "actor_cpus", lambda: 3)
+    monkeypatch.setattr(engine_service, "actor_threads", lambda: 3)
     EngineService(model="m.gguf")
     EngineService(EngineConfig(model="c.gguf"))
     EngineService(model="m.gguf", n_threads=1)  # a choice of the user's stands
     assert [settings["n_threads"] for _, settings in held] == [3, 3, 1]
-    monkeypatch.setattr(engine_service, "actor_cpus", lambda: None)  # not in a Ray actor
+    monkeypatch.setattr(engine_service, "actor_threads", lambda: None)  # not in a Ray actor
     EngineService(model="m.gguf")
     assert "n_threads" not in held[-1][1]
+
+
+def test_a_reservation_past_the_cores_gets_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Eight CPUs reserved on a node whose process may use two cores (four hyperthreads).
+    monkeypatch.setattr(reservation, "actor_cpus", lambda: 8)
+    monkeypatch.setattr(reservation, "read_cpu_budget", lambda: CpuBudget(allowed=4, cores=2))
+    assert reservation.actor_threads() == 2
+    monkeypatch.setattr(reservation, "actor_cpus", lambda: 1)
+    assert reservation.actor_threads() == 1
+    monkeypatch.setattr(reservation, "actor_cpus", lambda: None)
+    assert reservation.actor_threads() is None
 
 
 def test_service_answers_as_the_engine(held: list[Any]) -> None:
