@@ -55,6 +55,8 @@ class PlacementFacts(TypedDict):
     type_k: str | None
     type_v: str | None
     flash_attention: bool | None
+    n_threads: int | None
+    """The CPU threads a decode runs on (``EngineConfig.threads``)."""
 
 
 def _is_remote(info: ModelInfo) -> bool:
@@ -75,7 +77,7 @@ def placement_facts(engine: InferenceEngine | None) -> PlacementFacts | None:
         return PlacementFacts(
             runs="remote", server=info.path, backend=None, n_layer=None, n_gpu_layers=None,
             layers_offloaded=None, offload_reason=None, kv_location=None, kv_bytes=None,
-            kv_cells=None, type_k=None, type_v=None, flash_attention=None,
+            kv_cells=None, type_k=None, type_v=None, flash_attention=None, n_threads=None,
         )  # fmt: skip
     return PlacementFacts(
         runs="local",
@@ -91,6 +93,7 @@ def placement_facts(engine: InferenceEngine | None) -> PlacementFacts | None:
         type_k=placement.type_k,
         type_v=placement.type_v,
         flash_attention=placement.flash_attention,
+        n_threads=placement.n_threads,
     )
 
 

@@ -5,8 +5,8 @@ With a GPU (discrete, integrated or Apple's unified memory): every layer when th
 KV cache and a reserve for compute buffers fit in the GPUs' room; else a q8_0 KV cache when that
 makes them fit; else as many layers as fit. Flash attention on. On unified memory, mmap on (the
 mapped file is the GPU's copy). Without one: no layers to offload, the default thread count
-(``cpu_budget.py``: one per physical core within the cgroup's CPU limit),
-mmap on, and a q8_0 KV cache when the host has less free memory than the cache takes.
+(``cpu_budget.py``: one per physical core, within the cgroup's CPU limit), mmap on, and a q8_0
+KV cache when the host has less free memory than the cache takes.
 
 The GPUs' room counts what the engine already put there (``gpu_room``), so advice read after a
 load matches advice read before it.

@@ -24,7 +24,7 @@ from tests.unit.test_model_stores import stores  # noqa: F401  (the fixture)
 
 GiB = 1024**3
 PLACEMENT = placement_of(
-    EngineConfig(flash_attention=True),
+    EngineConfig(flash_attention=True, n_threads=4),
     n_layer=32,
     offload=OffloadChoice(-1, "set explicitly"),
     gpu_offload=True,
@@ -40,7 +40,7 @@ def test_facts_are_the_engines_placement() -> None:
         "runs": "local", "server": None, "backend": "CUDA", "n_layer": 32, "n_gpu_layers": -1,
         "layers_offloaded": 32, "offload_reason": "set explicitly", "kv_location": "device",
         "kv_bytes": GiB, "kv_cells": 8192, "type_k": "f16", "type_v": "f16",
-        "flash_attention": True,
+        "flash_attention": True, "n_threads": 4,
     }  # fmt: skip
 
 
@@ -56,6 +56,7 @@ def test_a_cpu_build_says_cpu() -> None:
     facts = placement_facts(ScriptedEngine(info=replace(SCRIPTED_INFO, placement=on_cpu)))
     assert facts is not None and facts["backend"] == "CPU" and facts["layers_offloaded"] == 0
     assert facts["kv_location"] == "host"
+    assert facts["n_threads"] == EngineConfig().threads >= 1  # the default: this machine's cores
 
 
 def test_no_engine_or_no_placement_is_none_and_a_server_says_where() -> None:
@@ -68,6 +69,7 @@ def test_no_engine_or_no_placement_is_none_and_a_server_says_where() -> None:
     # llama-server's /props does not tell its offload, KV cache or attention kernel.
     assert facts["backend"] is None and facts["layers_offloaded"] is None
     assert facts["kv_bytes"] is None and facts["flash_attention"] is None
+    assert facts["n_threads"] is None
 
 
 def test_langchain_reports_placement_beside_a_profile_langchain_knows() -> None:
