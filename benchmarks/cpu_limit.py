@@ -71,13 +71,9 @@ def cpu_limited_cgroup(cpus: float, *, skip: bool) -> Iterator[tuple[Path, str]]
 def run_side(procs: Path, side: str, tokens: int) -> dict[str, Any]:
     """One fresh process in the cgroup streaming ``tokens`` tokens as ``side``."""
 
-    def join() -> None:
-        procs.write_text(str(os.getpid()), encoding="utf-8")
-
     command = [sys.executable, __file__, "--child", side, "--tokens", str(tokens)]
-    done = subprocess.run(
-        command, preexec_fn=join, capture_output=True, text=True, timeout=900, check=False
-    )
+    command += ["--join", str(procs)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
         sys.exit(f"the {side!r} process failed:\n{done.stderr[-4000:]}")
     measured: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -133,7 +129,10 @@ async def _stream(tokens: int, threads: int | None) -> dict[str, Any]:
     }
 
 
-def child(side: str, tokens: int) -> None:
+def child(side: str, tokens: int, procs: str) -> None:
+    """One side's stream, in the cgroup whose ``cgroup.procs`` is ``procs`` (joined first,
+    before the engine or its threads exist)."""
+    Path(procs).write_text(str(os.getpid()), encoding="utf-8")
     threads = len(os.sched_getaffinity(0)) if side == "every_cpu" else None
     print(json.dumps(asyncio.run(_stream(tokens, threads))))
 
@@ -148,9 +147,10 @@ def main() -> None:
         "--skip-without-cgroup", action="store_true", help="exit 0 where none can be made"
     )
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--join", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.tokens)
+        child(args.child, args.tokens, args.join)
         return
     if not sys.platform.startswith("linux"):
         print("cgroups are Linux's", file=sys.stderr)

@@ -193,25 +193,29 @@ def test_the_engines_default_is_this_machines_budget() -> None:
     assert EngineConfig(n_threads=3).threads == 3
 
 
-_CHILD = (
-    "from llamacpp_integrations.engine.cpu_budget import read_cpu_budget\n"
-    "b = read_cpu_budget(); print(b.allowed, b.threads, b.quota)\n"
-)
+# The child narrows its own affinity or joins the cgroup first (argv: CPUs, cgroup.procs), then
+# reads its budget, as an engine made in that process would.
+_CHILD = """
+import os, sys
+from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
+cpus, procs = sys.argv[1], sys.argv[2]
+if cpus:
+    os.sched_setaffinity(0, {int(cpu) for cpu in cpus.split(",")})
+if procs:
+    with open(procs, "w") as joining:
+        joining.write(str(os.getpid()))
+budget = read_cpu_budget()
+print(budget.allowed, budget.threads, budget.quota)
+"""
 
 
 def child_budget(*, affinity: set[int] | None = None, cgroup_procs: Path | None = None) -> str:
-    """What a child process reads, started with ``affinity`` or in the cgroup whose
-    ``cgroup.procs`` is given."""
-
-    def setup() -> None:
-        if affinity is not None:
-            os.sched_setaffinity(0, affinity)
-        if cgroup_procs is not None:
-            cgroup_procs.write_text(str(os.getpid()), encoding="utf-8")
-
+    """What a child process reads, with ``affinity`` or in the cgroup whose ``cgroup.procs``
+    is given."""
+    cpus = ",".join(str(cpu) for cpu in sorted(affinity or ()))
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD], preexec_fn=setup, capture_output=True, text=True,
-        check=True, timeout=60,
+        [sys.executable, "-c", _CHILD, cpus, str(cgroup_procs or "")],
+        capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
     return done.stdout.strip()
 
