@@ -179,9 +179,10 @@ def _linux_performance_cores(root: Path, logical: list[int]) -> int | None:
     if big is None or small is None:
         return None
     try:
-        performance = [cpu for cpu in logical if cpu in cpu_list(big)]
+        big_cpus = cpu_list(big)
     except ValueError:
         return None
+    performance = [cpu for cpu in logical if cpu in big_cpus]
     if not performance or len(performance) == len(logical):
         return None  # only one kind allowed here: nothing to leave out
     return _linux_cores(root, performance) or len(performance)
