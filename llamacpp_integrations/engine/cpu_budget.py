@@ -17,13 +17,12 @@ Counting CPUs the way ``os.cpu_count`` does overshoots on the machines users hav
 
 ``read_cpu_budget`` reads all four from Linux's ``/sys`` and ``/proc`` (cgroup v1 and v2), from
 ``sysctl`` on macOS, and falls back to the CPUs the process may run on elsewhere; ``threads`` is
-the default of ``EngineConfig.n_threads``. Nothing here is native: files and one libc call.
+the default of ``EngineConfig.n_threads``. Nothing here is native: files, and on macOS one libc
+call.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import os
 import sys
@@ -251,6 +250,11 @@ def _v1_limit(directory: Path) -> float | None:
 
 def _sysctl_int(name: str) -> int | None:
     """An integer ``sysctl`` of macOS (``hw.physicalcpu``...), ``None`` where it has none."""
+    # Imported here: ctypes opens a library as it loads, which must not happen before
+    # llama.cpp's libraries load with the OpenMP settings (``openmp_env.py``).
+    import ctypes
+    import ctypes.util
+
     path = ctypes.util.find_library("c")
     if path is None:
         return None
