@@ -168,12 +168,14 @@ bench-profile: models
 	$(BIN)/python benchmarks/step_profile.py --json $(RESULTS)/step_profile.json
 
 # One stream in a real cgroup allowed one CPU: the default thread count against every CPU the
-# process sees (needs the right to make a cgroup: root on Linux; about 1 minute).
+# process sees, on a quiet host and beside a busy process (needs the right to make a cgroup:
+# root on Linux; about 13 minutes, most of it the old default beside the busy process).
 bench-cpu-limit: models
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --json $(RESULTS)/cpu_limit.json
+	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --json $(RESULTS)/cpu_limit_busy.json
 
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
-# About 55 minutes here (plus the llama-server build the first time).
+# About 70 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
 bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
@@ -205,6 +207,8 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/flash_attention_cpu.py --llama-bench $(LLAMA_BENCH) --rounds 4 \
 		--json $(RESULTS)/flash_attention_cpu.json
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --skip-without-cgroup --json $(RESULTS)/cpu_limit.json
+	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --skip-without-cgroup \
+		--json $(RESULTS)/cpu_limit_busy.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed

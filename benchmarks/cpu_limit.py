@@ -9,10 +9,12 @@ fresh process streams ``--tokens`` greedy tokens of SmolLM2 through ``Engine.ast
 * ``every_cpu``: ``n_threads`` = the CPUs the process may run on (the old default);
 * ``default``: ``n_threads=None``, which reads the cgroup's limit (``engine/cpu_budget.py``).
 
-Each process also runs a heartbeat on its event loop. Reported per side, medians over
-``--rounds`` (each round runs both sides, the order reversed every other round): decode
-tokens/s (after the first token), the longest wait between two tokens, the event loop's
-longest gap, and the threads the engine chose. Linux only, and it needs the right to make a
+Each process also runs a heartbeat on its event loop. ``--neighbours N`` keeps N processes
+spinning outside the cgroup throughout, as a shared host's other work would (the results are
+then named ``cpu_limit_busy``). Reported per side, medians over ``--rounds`` (each round runs
+both sides, the order reversed every other round): decode tokens/s (after the first token),
+the longest wait between two tokens, the event loop's longest gap, and the threads the engine
+chose. Linux only, and it needs the right to make a
 cgroup (root); elsewhere it says so and stops (with status 0 under ``--skip-without-cgroup``,
 as ``make bench-report`` runs it). Nothing is asserted.
 
@@ -66,6 +68,19 @@ def cpu_limited_cgroup(cpus: float, *, skip: bool) -> Iterator[tuple[Path, str]]
         yield place / "cgroup.procs", version
     finally:
         place.rmdir()
+
+
+@contextlib.contextmanager
+def busy_neighbours(count: int) -> Iterator[None]:
+    """``count`` processes spinning outside the cgroup for the block: the other work of a host
+    that a container shares."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
 
 
 def run_side(procs: Path, side: str, tokens: int) -> dict[str, Any]:
@@ -142,6 +157,10 @@ def main() -> None:
     parser.add_argument("--quota", type=float, default=1.0, help="CPUs the cgroup allows")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--neighbours", type=int, default=0,
+        help="busy processes outside the cgroup while it runs (a shared host's other work)",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument(
         "--skip-without-cgroup", action="store_true", help="exit 0 where none can be made"
@@ -156,7 +175,10 @@ def main() -> None:
         print("cgroups are Linux's", file=sys.stderr)
         sys.exit(0 if args.skip_without_cgroup else 1)
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
-    with cpu_limited_cgroup(args.quota, skip=args.skip_without_cgroup) as (procs, version):
+    with (
+        cpu_limited_cgroup(args.quota, skip=args.skip_without_cgroup) as (procs, version),
+        busy_neighbours(args.neighbours),
+    ):
         for r in range(args.rounds):
             for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
                 runs[side].append(run_side(procs, side, args.tokens))
@@ -179,6 +201,7 @@ def main() -> None:
     print(f"\ndefault / every_cpu, tokens/s (median of the rounds' ratios): {ratio:.2f}x")
     settings = {
         "cgroup": f"{version}, {args.quota:g} CPUs per 100 ms period",
+        "neighbours": f"{args.neighbours} busy processes outside the cgroup throughout",
         "cpus_seen": len(os.sched_getaffinity(0)),
         "model": "smollm2-135m",
         "tokens": args.tokens,
@@ -189,7 +212,7 @@ def main() -> None:
     }
     results.write(
         args.json,
-        "cpu_limit",
+        "cpu_limit_busy" if args.neighbours else "cpu_limit",
         settings,
         sides=medians,
         default_over_every_cpu=ratio,
