@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuBudget", "cpu_list", "read_cpu_budget", "usable_cpus"]
+__all__ = ["CpuBudget", "cpu_list", "read_cpu_budget"]
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,6 @@ class CpuBudget:
             "one thread per physical core: decoding waits on memory, and a second thread "
             "on a core's other hyperthread only competes with the first"
         )
-
-
-def usable_cpus() -> int:
-    """The logical CPUs this process may run on: a container's or ``taskset``'s share, not
-    the host's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
 
 
 def read_cpu_budget(
