@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..client import EngineSettings, engine_settings_of
 from ..engine import InferenceEngine
-from .reservation import actor_threads
+from .reservation import with_actor_threads
 
 __all__ = ["BatchJobSettings"]
 
@@ -54,11 +54,7 @@ class BatchJobSettings(EngineSettings):
         return self._engine
 
     def _engine_settings(self) -> dict[str, Any]:
-        settings = engine_settings_of(self)
-        threads = actor_threads()
-        if threads is not None and "n_threads" not in settings:
-            settings["n_threads"] = threads
-        return settings
+        return with_actor_threads(engine_settings_of(self))
 
     def load(self, engine: InferenceEngine | None = None) -> InferenceEngine:
         """The engine, loaded now (``engine``: one to use instead, in-process only; an engine

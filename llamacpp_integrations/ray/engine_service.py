@@ -38,7 +38,7 @@ from ..engine.registry import EngineHold, hold_engine
 from ..engine.results import Completion, EngineStats, ModelInfo, StreamChunk
 from ..engine.types import ChatRequest, GenerationRequest
 from ..errors import EngineClosedError, InvalidRequestError
-from .reservation import actor_threads
+from .reservation import with_actor_threads
 
 __all__ = ["EngineService"]
 
@@ -48,17 +48,13 @@ def _settings(
 ) -> tuple[str | None, dict[str, Any]]:
     """The model and ``EngineConfig`` settings the registry is asked for. In a Ray actor (a
     Serve replica), unset ``n_threads`` are the whole CPUs Ray reserved for it
-    (``reservation.actor_threads``), not the node's cores every replica would then share."""
+    (``reservation.with_actor_threads``), not the node's cores every replica would then share."""
     if config is not None:
         if model is not None or settings:
             raise InvalidRequestError("pass an EngineConfig or model= and settings, not both")
         settings = {f.name: getattr(config, f.name) for f in fields(config) if f.init}
         model = settings.pop("model")
-    if settings.get("n_threads") is None:
-        threads = actor_threads()
-        if threads is not None:
-            settings = {**settings, "n_threads": threads}
-    return model, settings
+    return model, with_actor_threads(settings)
 
 
 class EngineService:

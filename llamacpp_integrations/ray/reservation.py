@@ -8,11 +8,13 @@ Ray is already in use: outside a Ray worker this answers ``None`` without import
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from ..engine.cpu_budget import read_cpu_budget
 from ..optional import require
 
-__all__ = ["actor_cpus", "actor_threads"]
+__all__ = ["actor_cpus", "actor_threads", "with_actor_threads"]
 
 
 def actor_cpus() -> int | None:
@@ -36,3 +38,14 @@ def actor_threads() -> int | None:
     larger than the cores, or than a pod's CPU limit, gains nothing); ``None`` outside one."""
     cpus = actor_cpus()
     return None if cpus is None else min(cpus, read_cpu_budget().threads)
+
+
+def with_actor_threads(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine ``settings`` with ``n_threads`` set to ``actor_threads()`` where they leave it
+    unset (absent or ``None``) in a Ray actor; otherwise as they are."""
+    chosen = dict(settings)
+    if chosen.get("n_threads") is None:
+        threads = actor_threads()
+        if threads is not None:
+            chosen["n_threads"] = threads
+    return chosen

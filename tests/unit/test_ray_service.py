@@ -122,12 +122,12 @@ def test_service_takes_a_config_or_a_model_and_settings(held: list[Any]) -> None
 def test_a_replica_decodes_on_the_cpus_ray_reserved(
     held: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine_service, "actor_threads", lambda: 3)
+    monkeypatch.setattr(reservation, "actor_threads", lambda: 3)
     EngineService(model="m.gguf")
     EngineService(EngineConfig(model="c.gguf"))
     EngineService(model="m.gguf", n_threads=1)  # a choice of the user's stands
     assert [settings["n_threads"] for _, settings in held] == [3, 3, 1]
-    monkeypatch.setattr(engine_service, "actor_threads", lambda: None)  # not in a Ray actor
+    monkeypatch.setattr(reservation, "actor_threads", lambda: None)  # not in a Ray actor
     EngineService(model="m.gguf")
     assert "n_threads" not in held[-1][1]
 

@@ -1,5 +1,6 @@
 """What llama.cpp's backends offer: whether layers can go to a GPU, its free memory, and the
-backends and devices themselves (``engine.machine.DeviceInfo``), and the machine's cores.
+backends and devices themselves (``engine.machine.DeviceInfo``); with the CPUs this process may
+use (``engine/cpu_budget.py``), the machine report ``doctor`` prints.
 
 The device query goes through ggml's backend registry (``ggml_backend_dev_*``,
 ``ggml_backend_reg_*``), which llama-cpp-python does not bind; its own libraries are opened for
