@@ -421,9 +421,7 @@ class EngineConfig:
 
     @property
     def threads(self) -> int:
-        """``n_threads`` resolved: when it is ``None``, one thread per physical core this
-        process may run on (performance cores on a hybrid CPU), no more than its cgroup's CPU
-        limit (``engine/cpu_budget.py``)."""
+        """``n_threads`` resolved: ``None`` is this process's ``CpuBudget.threads``."""
         return self.n_threads or read_cpu_budget().threads
 
     def resolved(self) -> EngineConfig:
