@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import results
+from heartbeat import heartbeat
 
 SIDES = ("every_cpu", "default")
 CGROUPS = Path("/sys/fs/cgroup")
@@ -115,16 +116,7 @@ async def _stream(tokens: int, threads: int | None) -> dict[str, Any]:
             pass
         gaps: list[float] = []
         stop = asyncio.Event()
-
-        async def heartbeat() -> None:
-            last = time.perf_counter()
-            while not stop.is_set():
-                await asyncio.sleep(0.001)
-                now = time.perf_counter()
-                gaps.append(now - last - 0.001)
-                last = now
-
-        beat = asyncio.create_task(heartbeat())
+        beat = asyncio.create_task(heartbeat(gaps, stop))
         arrivals: list[tuple[float, int]] = []
         story = request("Write a long story about a lighthouse.", tokens)
         async for chunk in engine.astream(story):

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import results
+from heartbeat import heartbeat
 from langchain_core.messages import HumanMessage, SystemMessage
 from llama_index.core.llms import ChatMessage
 from loop_floor import DecodeThread, all_floor_calls
@@ -60,17 +61,6 @@ TOPICS = [
     "rivers", "mountains", "owls", "bread", "glass", "copper", "tides", "comets",
     "maple trees", "lighthouses", "violins", "bees", "deserts", "glaciers", "kites", "salt",
 ]  # fmt: skip
-
-
-async def _heartbeat(gaps: list[float], starts: list[float], stop: asyncio.Event) -> None:
-    """Each wake-up's lateness into ``gaps``, and when its sleep began into ``starts``."""
-    last = time.perf_counter()
-    while not stop.is_set():
-        await asyncio.sleep(0.001)
-        now = time.perf_counter()
-        gaps.append(now - last - 0.001)
-        starts.append(last)
-        last = now
 
 
 def percentile(ordered: list[float], fraction: float) -> float:
@@ -136,7 +126,7 @@ async def one_level(call: Call, n: int, round_index: int) -> tuple[list[float], 
     gaps: list[float] = []
     starts: list[float] = []
     stop = asyncio.Event()
-    ticker = asyncio.create_task(_heartbeat(gaps, starts, stop))
+    ticker = asyncio.create_task(heartbeat(gaps, stop, starts))
     await asyncio.sleep(0.05)  # let the heartbeat settle
     gaps.clear()
     starts.clear()
