@@ -204,8 +204,10 @@ class EngineStats:
     ``EngineConfig.speculative``), the prompt tokens requests took from the cells of others
     still reading the same prefix instead of reading them again, how many cells the KV
     cache has now (streams grow when a sequence needs more, see
-    ``EngineConfig.kv_start_cells``), and how many idle cached tokens were dropped to make
-    room for running requests (in a unified cache, least recently used block first)."""
+    ``EngineConfig.kv_start_cells``), how many idle cached tokens were dropped to make
+    room for running requests (in a unified cache, least recently used block first), and the
+    CPU threads decodes run on now (fewer than ``n_threads`` resolved while other work keeps
+    the cores busy, when ``n_threads`` is left to the engine)."""
 
     running: int
     waiting: int
@@ -216,3 +218,4 @@ class EngineStats:
     shared_prompt_tokens: int = 0  # prompt tokens requests took from others' cells in flight
     kv_cells_allocated: int = 0  # the KV cache's cells now, over all sequences (0: not made)
     evicted_cached_tokens: int = 0  # idle cached tokens dropped for room, oldest blocks first
+    decode_threads: int = 0  # CPU threads decodes run on now (0: not reported, a remote engine)

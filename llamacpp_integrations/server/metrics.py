@@ -57,6 +57,13 @@ class _EngineGauges:
         yield CounterMetricFamily(
             "llamacpp_decode_steps", "Decode steps run by the engine.", self.stats.steps
         )
+        if self.stats.decode_threads:  # a remote engine does not say
+            yield GaugeMetricFamily(
+                "llamacpp_decode_threads",
+                "CPU threads the engine decodes on now (fewer while other work keeps the "
+                "cores busy, when n_threads is left to the engine).",
+                self.stats.decode_threads,
+            )
 
 
 class ServerMetrics:

@@ -303,6 +303,7 @@ def test_a_dropped_stream_frees_its_sequence(base: str, engine: Engine) -> None:
     stats = wait_for(engine, lambda s: s.running == 0 and s.waiting == 0)
     assert stats.running == 0 and stats.steps > 0
     assert _metric(base, "llamacpp_running_sequences") == 0
+    assert _metric(base, "llamacpp_decode_threads") == engine.stats().decode_threads >= 1
     assert _metric(base, gone) == before + 1
 
 

@@ -81,6 +81,11 @@ class EmbeddingWork:
     def __bool__(self) -> bool:
         return bool(self.queue)
 
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedding context, once the first batch made it."""
+        return self._embedder
+
     def add(self, jobs: Iterable[EmbedJob]) -> None:
         self.queue.add(jobs)
 

@@ -97,6 +97,7 @@ class NativeContext:
         self.model = model
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max
+        self.n_threads = n_threads
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
@@ -112,6 +113,12 @@ class NativeContext:
         if adapters != self.lora:
             _apply_lora(self._ctx, self.model, adapters)
             self.lora = adapters
+
+    def set_threads(self, n_threads: int) -> None:
+        """Decode on ``n_threads`` from the next decode on (``worker/thread_governor.py``)."""
+        if n_threads != self.n_threads and self._ctx:
+            llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
+            self.n_threads = n_threads
 
     @property
     def handle(self) -> int:

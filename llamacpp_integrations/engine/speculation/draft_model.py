@@ -106,6 +106,11 @@ class DraftModel:
             )
         return self._context
 
+    @property
+    def made_context(self) -> GenerationContext | None:
+        """The draft context if it was made, else ``None`` (without making it)."""
+        return self._context
+
     def held(self, seq_id: int) -> int:
         """How many tokens the draft context holds for a sequence, by this bookkeeping."""
         return len(self._held.get(seq_id, ()))

@@ -51,6 +51,7 @@ from .sampling import Sampling, readers_gone
 from .scheduler import Scheduler
 from .sequences import ImageStep, SeqState, StepPlan
 from .stats import StatsBoard, snapshot
+from .thread_governor import ThreadGovernor
 
 __all__ = ["EngineCore"]
 
@@ -82,13 +83,19 @@ class EngineCore:
             model, config, kv=kv, layout=self.scheduler.layout, index=self.scheduler.index
         )
         self.active: dict[str, ActiveRequest] = {}
+        self.threads = config.threads  # read once: it reads the machine's files
+        # Only a count left to the engine follows the machine's load, and only on the CPU;
+        # deterministic mode keeps every run's settings the same.
+        self.governor: ThreadGovernor | None = None
+        if config.n_threads is None and not config.deterministic and model.n_gpu_layers == 0:
+            self.governor = ThreadGovernor(self.threads)
         embedder = partial(
             EmbeddingContext,
             model,
             pooling=embedding_pooling,
             n_ctx=config.embedding_n_ctx,
             n_seq_max=config.embedding_n_seq_max,
-            n_threads=config.threads,
+            n_threads=self.threads,
             tuning=config,
         )
         self.embeds = EmbeddingWork(
@@ -170,6 +177,27 @@ class EngineCore:
         if self.embeds or not self.scheduler.running:
             self.hand_over()  # no chat decode comes next: the step's events go now
         self.embeds.step(chatting=chatting)
+        self._govern_threads()
+
+    def _govern_threads(self) -> None:
+        """Let the governor read the last window's CPU waits and put its count on every
+        context made so far (a context made since a drop starts with the full count)."""
+        governor = self.governor
+        if governor is None:
+            return
+        changed = governor.tick(time.monotonic())
+        if changed is None and governor.threads == governor.target:
+            return
+        embedder = self.embeds.embedder
+        draft = None if self.speculation is None else self.speculation.draft_model
+        contexts = (
+            self.cells.context if self.cells.made else None,
+            embedder if isinstance(embedder, EmbeddingContext) else None,
+            None if draft is None else draft.made_context,
+        )
+        for context in contexts:
+            if context is not None:
+                context.set_threads(governor.threads)
 
     def hand_over(self) -> None:
         """Hand the events gathered since the last hand-over to their callers (``Outbox``).
@@ -211,7 +239,12 @@ class EngineCore:
     def publish(self) -> None:
         """Put a fresh ``EngineStats`` on the board (cheap: a few calls per slot)."""
         self.board.latest = snapshot(
-            self.scheduler, self.cells, self.speculation, running=len(self.active), steps=self.steps
+            self.scheduler,
+            self.cells,
+            self.speculation,
+            running=len(self.active),
+            steps=self.steps,
+            threads=self.threads if self.governor is None else self.governor.threads,
         )
 
     def drop_idle_caches(self) -> None:

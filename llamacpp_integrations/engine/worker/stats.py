@@ -48,6 +48,7 @@ def snapshot(
     *,
     running: int,
     steps: int,
+    threads: int,
 ) -> EngineStats:
     """The engine's statistics now: every slot's cache and cells, and drafts so far."""
     slots = []
@@ -65,4 +66,5 @@ def snapshot(
         shared_prompt_tokens=scheduler.shared_tokens,
         evicted_cached_tokens=scheduler.evicted_tokens,
         kv_cells_allocated=cells.n_cells if cells.made else 0,
+        decode_threads=threads,
     )

@@ -1,0 +1,179 @@
+"""One stream while other programs come and go on the same cores: a fixed thread count against
+the engine's own (``n_threads=None``, which follows the machine's load).
+
+A laptop or a shared server runs other work beside the model. llama.cpp's decode waits for its
+slowest thread at every barrier, so when another process keeps a core busy, a thread per core
+is the worst count there is. Each side runs in a fresh process with the CPUs of this one, and
+streams greedy SmolLM2 tokens through ``Engine.astream`` in three phases, one request each:
+
+1. ``quiet``: nothing else runs;
+2. ``busy``: ``--neighbours`` processes spin on this process's CPUs from the request's start;
+3. ``quiet_again``: they were stopped right before it.
+
+Sides: ``fixed`` (``n_threads`` = the engine's default count, written out: it never changes)
+and ``default`` (``n_threads=None``: ``engine/worker/thread_governor.py`` drops threads while
+the cores are busy and brings them back once they are idle). Reported per side and phase,
+medians over ``--rounds`` (sides alternate their order each round): decode tokens/s after the
+first token, and the threads the engine decoded on at the phase's end; for ``default``, how
+long after the neighbours started the count dropped, and after they stopped, rose. Linux only
+(elsewhere the count never moves). Nothing is asserted.
+
+    python benchmarks/busy_cpu.py --json benchmarks/results/busy_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import results
+from cpu_limit import busy_neighbours
+
+SIDES = ("fixed", "default")
+PHASES = ("quiet", "busy", "quiet_again")
+
+
+async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
+    from llamacpp_integrations.engine import ChatRequest, Engine, EngineConfig, SamplingParams
+    from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
+
+    target = read_cpu_budget().threads
+    threads = target if side == "fixed" else None
+    config = EngineConfig(model="smollm2-135m", n_threads=threads, realign_when_idle=False)
+    engine = await asyncio.to_thread(Engine, config)
+
+    def request(n: int) -> ChatRequest:
+        return ChatRequest(
+            messages=[{"role": "user", "content": "Write a long story about a lighthouse."}],
+            sampling=SamplingParams(temperature=0.0),
+            max_tokens=n,
+            ignore_eos=True,
+        )
+
+    async def stream(n: int) -> dict[str, Any]:
+        """One request: its decode rate, and when (seconds after its start) the engine's
+        thread count first differed from what it was at the start."""
+        start = time.perf_counter()
+        before = engine.stats().decode_threads
+        arrivals: list[float] = []
+        changed_after = None
+        async for _ in engine.astream(request(n)):
+            arrivals.append(time.perf_counter())
+            if changed_after is None and engine.stats().decode_threads != before:
+                changed_after = arrivals[-1] - start
+        return {
+            "tok_s": (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]),
+            "threads_at_end": engine.stats().decode_threads,
+            "threads_changed_after_s": changed_after,
+        }
+
+    try:
+        async for _ in engine.astream(request(4)):  # warm-up: first decode, page cache
+            pass
+        out = {"target": target, "quiet": await stream(tokens)}
+        with busy_neighbours(neighbours):
+            out["busy"] = await stream(2 * tokens)
+        out["quiet_again"] = await stream(2 * tokens)
+    finally:
+        await asyncio.to_thread(engine.close)
+    return out
+
+
+def run_side(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", side, "--tokens", str(tokens)]
+    command += ["--neighbours", str(neighbours)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        sys.exit(f"the {side!r} process failed:\n{done.stderr[-4000:]}")
+    measured: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return measured
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, default=256, help="the quiet phase's; busy: twice")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--neighbours", type=int, default=1, help="busy processes in phase 2")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(asyncio.run(_phases(args.child, args.tokens, args.neighbours))))
+        return
+    if not sys.platform.startswith("linux"):
+        print("the engine follows the machine's load on Linux only", file=sys.stderr)
+        sys.exit(0)
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    for r in range(args.rounds):
+        for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
+            runs[side].append(run_side(side, args.tokens, args.neighbours))
+        print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
+    phases = {
+        side: {
+            phase: {
+                "tok_s": statistics.median(run[phase]["tok_s"] for run in runs[side]),
+                "threads_at_end": statistics.median(
+                    run[phase]["threads_at_end"] for run in runs[side]
+                ),
+            }
+            for phase in PHASES
+        }
+        for side in SIDES
+    }
+    ratios = {
+        phase: statistics.median(
+            d[phase]["tok_s"] / f[phase]["tok_s"]
+            for d, f in zip(runs["default"], runs["fixed"], strict=True)
+        )
+        for phase in PHASES
+    }
+    reaction = {
+        f"{phase}_s": statistics.median(
+            run[phase]["threads_changed_after_s"]
+            for run in runs["default"]
+            if run[phase]["threads_changed_after_s"] is not None
+        )
+        if any(run[phase]["threads_changed_after_s"] is not None for run in runs["default"])
+        else None
+        for phase in ("busy", "quiet_again")
+    }
+    print("\n| side | phase | tok/s | threads at the end |")
+    print("|---|---|---:|---:|")
+    for side, rows in phases.items():
+        for phase, row in rows.items():
+            print(f"| {side} | {phase} | {row['tok_s']:.1f} | {row['threads_at_end']:g} |")
+    print("\ndefault / fixed, tokens/s (median of the rounds' ratios):")
+    for phase, ratio in ratios.items():
+        print(f"  {phase}: {ratio:.2f}x")
+    print(f"default's count changed after (s, median): {reaction}")
+    settings = {
+        "cpus": len(os.sched_getaffinity(0)),
+        "threads": runs["fixed"][0]["target"],
+        "neighbours": f"{args.neighbours} spinning processes, in the busy phase only",
+        "model": "smollm2-135m",
+        "tokens": {"quiet": args.tokens, "busy": 2 * args.tokens, "quiet_again": 2 * args.tokens},
+        "rounds": args.rounds,
+        "request": "Engine.astream, greedy, ignore_eos, after a 4-token warm-up",
+        "sides": {"fixed": "n_threads = the default's count, written out", "default": "None"},
+        "figures": "medians over the rounds; ratios: median of each round's default / fixed",
+    }
+    results.write(
+        args.json,
+        "busy_cpu",
+        settings,
+        phases=phases,
+        default_over_fixed=ratios,
+        default_changed_after=reaction,
+        runs=runs,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""How many threads the engine's decodes run on when ``n_threads`` is left to it: fewer while
+other work keeps the cores busy, the whole budget again once cores go idle.
+
+llama.cpp splits every step of a decode across its threads and waits for the last of them at
+each of a decode's hundreds of barriers. When another program keeps one core busy, one of the
+threads is off its core part of the time, and the whole decode waits for it: on 2 cores beside
+one busy process, 2 threads decoded SmolLM2 at about 40 tokens/s where 1 thread kept 80.
+No default read at start can know about that work, so the worker watches for it.
+
+The signal is the worker thread's own scheduler accounting (Linux's
+``/proc/thread-self/schedstat``): the time it ran and the time it was ready but waited for a
+CPU. The worker is the thread that calls ``llama_decode`` and leads llama.cpp's team, so its
+share of waiting is the team's, and ``threads * (1 - wait share)`` is the cores the team really
+got. When that is half a core or more short of the threads, the count drops to the cores got.
+Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a core's
+worth of a window or more, one more thread per idle core, rounded. A rise that the next window
+takes back makes the governor wait twice as long before the next one, so a steady neighbour
+costs one slow window every few minutes at most.
+
+The decision is pure (``ThreadGovernor.tick`` with injected readers); the worker applies the
+count with ``llama_set_n_threads``. It changes how fast a decode runs, not what it computes:
+llama.cpp's CPU kernels split rows between threads, so each row is computed the same way at
+any count (the logits of both test models are bit for bit the same on 1, 2 and 3 threads).
+Elsewhere than Linux, or where the kernel keeps no such accounting, the count stays put.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+__all__ = ["SchedTimes", "ThreadGovernor", "read_idle_share", "read_schedstat"]
+
+log = logging.getLogger("llamacpp_integrations.engine")
+
+WINDOW_S = 1.0
+"""How long the governor watches before it decides (a decode step is milliseconds)."""
+HOLD_S = 5.0
+"""After a drop, how long before the count may rise again; doubled by a rise taken back."""
+MAX_HOLD_S = 160.0
+BUSY_SHARE = 0.5
+"""A window in which the worker wanted a CPU for less of the time than this decides nothing:
+an idle worker's accounting says nothing about the decode's threads."""
+
+
+@dataclass(frozen=True)
+class SchedTimes:
+    """A thread's scheduler accounting so far: nanoseconds on a CPU and ready but waiting."""
+
+    run_ns: int
+    wait_ns: int
+
+
+def read_schedstat(path: str = "/proc/thread-self/schedstat") -> SchedTimes | None:
+    """The calling thread's ``SchedTimes``; ``None`` where the kernel has no such file."""
+    try:
+        with open(path, encoding="ascii") as file:
+            fields = file.read().split()
+        return SchedTimes(int(fields[0]), int(fields[1]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_idle_share(cpus: Collection[int], path: str = "/proc/stat") -> tuple[int, int] | None:
+    """Idle and total clock ticks so far, summed over ``cpus`` (``/proc/stat``'s per-CPU
+    lines; idle counts iowait too); ``None`` where there is no such file."""
+    idle = total = 0
+    try:
+        with open(path, encoding="ascii") as file:
+            for line in file:
+                name, _, rest = line.partition(" ")
+                if not name.startswith("cpu") or name == "cpu":
+                    continue
+                if int(name[3:]) not in cpus:
+                    continue
+                ticks = [int(value) for value in rest.split()]
+                idle += ticks[3] + ticks[4]
+                total += sum(ticks[:8])  # guest time is counted in user time already
+    except (OSError, ValueError, IndexError):
+        return None
+    return (idle, total) if total else None
+
+
+class ThreadGovernor:
+    """Decides the decode's thread count, between 1 and ``target`` (``n_threads`` resolved),
+    from what the worker thread waited for CPUs; ``tick`` is called by the worker between
+    steps, on the worker thread (``read_schedstat`` reads the calling thread's accounting).
+
+    Attributes:
+        threads: The count decodes should run on now.
+        got_cores: The cores the decode's threads really had over the last window that
+            decided, ``None`` before one.
+    """
+
+    def __init__(
+        self,
+        target: int,
+        *,
+        cpus: Collection[int] | None = None,
+        read_sched: Callable[[], SchedTimes | None] = read_schedstat,
+        read_idle: Callable[[Collection[int]], tuple[int, int] | None] = read_idle_share,
+    ) -> None:
+        self.target = self.threads = target
+        self.got_cores: float | None = None
+        self._cpus = _own_cpus() if cpus is None else cpus
+        self._read_sched = read_sched
+        self._read_idle = read_idle
+        self._start: float | None = None
+        self._sched: SchedTimes | None = None
+        self._idle: tuple[int, int] | None = None
+        self._hold = HOLD_S
+        self._rise_until = 0.0  # no rise before this
+        self._rose_at: float | None = None  # the last rise, until a window confirms it
+        self._warned = False
+        self.enabled = target > 1 and read_sched() is not None
+
+    def tick(self, now: float) -> int | None:
+        """Called between steps (``now``: ``time.monotonic()``); the new count when it
+        changes, else ``None``. Reads files once a window, nothing in between."""
+        if not self.enabled:
+            return None
+        if self._start is None:
+            self._begin(now)
+            return None
+        elapsed = now - self._start
+        if elapsed < WINDOW_S:
+            return None
+        sched, idle = self._sched, self._idle
+        self._begin(now)
+        if sched is None or self._sched is None:
+            self.enabled = False
+            return None
+        ran = self._sched.run_ns - sched.run_ns
+        waited = self._sched.wait_ns - sched.wait_ns
+        if (ran + waited) < BUSY_SHARE * elapsed * 1e9:
+            return None  # the worker was mostly idle: nothing to read from it
+        self.got_cores = self.threads * ran / (ran + waited)
+        return self._decide(now, idle)
+
+    def _begin(self, now: float) -> None:
+        self._start = now
+        self._sched = self._read_sched()
+        # Idle CPUs only matter while the count is below the target (a rise is possible).
+        self._idle = self._read_idle(self._cpus) if self.threads < self.target else None
+
+    def _decide(self, now: float, idle_before: tuple[int, int] | None) -> int | None:
+        got = self.got_cores
+        assert got is not None
+        if self.threads > 1 and got <= self.threads - 0.5:
+            return self._drop(now, max(1, min(self.threads - 1, int(got + 0.5))))
+        if self._rose_at is not None:  # a whole window after a rise without a drop: it held
+            self._rose_at = None
+            self._hold = HOLD_S
+        if self.threads >= self.target or now < self._rise_until or idle_before is None:
+            return None
+        idle_after = self._idle if self._idle is not None else self._read_idle(self._cpus)
+        if idle_after is None:
+            return None
+        ticks = idle_after[1] - idle_before[1]
+        idle_cores = len(self._cpus) * (idle_after[0] - idle_before[0]) / ticks if ticks else 0.0
+        more = int(idle_cores + 0.5)  # a neighbour that left mid-window leaves half a core
+        if more < 1:
+            return None
+        self.threads = min(self.target, self.threads + more)
+        self._rose_at = now
+        log.info(
+            "CPUs went idle (%.1f cores over the last second): decoding on %s again",
+            idle_cores,
+            _threads(self.threads),
+        )
+        return self.threads
+
+    def _drop(self, now: float, threads: int) -> int:
+        if self._rose_at is not None:  # the last rise did not hold: wait longer next time
+            self._hold = min(MAX_HOLD_S, self._hold * 2)
+            self._rose_at = None
+        before, self.threads = self.threads, threads
+        self._rise_until = now + self._hold
+        self._idle = self._read_idle(self._cpus)
+        level = logging.INFO if self._warned else logging.WARNING
+        self._warned = True
+        log.log(
+            level,
+            "llama.cpp's %d decode threads had %.1f cores over the last second (other work "
+            "is using this machine's CPUs, and a decode waits for its slowest thread): "
+            "decoding on %s until cores are idle again. Set n_threads to keep a fixed count.",
+            before,
+            self.got_cores,
+            _threads(threads),
+        )
+        return threads
+
+
+def _threads(count: int) -> str:
+    return f"{count} thread" if count == 1 else f"{count} threads"
+
+
+def _own_cpus() -> Collection[int]:
+    """The CPUs this process may run on (all of them where the OS does not say)."""
+    try:
+        return os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return range(os.cpu_count() or 1)

@@ -1,0 +1,91 @@
+"""Beside busy processes, an engine left to choose its threads decodes on fewer, with the same
+answers (``engine/worker/thread_governor.py``).
+
+The check runs in a fresh process that may use every CPU of the machine (under pytest-xdist a
+worker has a share of them), with as many spinning processes as it has cores: the decode's
+threads then get about half the cores they ask for, and the engine must notice, say so once
+as a warning, show it in its stats, and answer greedy requests token for token as before. That
+the count comes back when the cores go idle needs a machine nobody else uses (it is what
+``benchmarks/busy_cpu.py`` measures); the unit tests play it through the governor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/thread-self/schedstat").exists() or (os.cpu_count() or 1) < 2,
+    reason="Linux's scheduler accounting, and two CPUs at least",
+)
+
+CHILD = r"""
+import json, logging, os, subprocess, sys, time
+
+os.sched_setaffinity(0, range(os.cpu_count()))
+from llamacpp_integrations.engine import ChatRequest, Engine, EngineConfig, SamplingParams
+from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
+
+warnings = []
+handler = logging.Handler()
+handler.emit = lambda record: warnings.append(record.getMessage())
+handler.setLevel(logging.WARNING)
+logging.getLogger("llamacpp_integrations.engine").addHandler(handler)
+
+
+def ask(text, n):
+    request = ChatRequest(
+        messages=[{"role": "user", "content": text}],
+        sampling=SamplingParams(temperature=0.0),
+        max_tokens=n,
+        ignore_eos=True,
+    )
+    return list(engine.generate(request).token_ids)
+
+
+engine = Engine(EngineConfig(model=sys.argv[1], realign_when_idle=False))
+question = "Name three colours and say why the sky is blue."
+out = {"target": read_cpu_budget().threads, "alone": ask(question, 48)}
+out["threads_alone"] = engine.stats().decode_threads
+cpus = sorted(os.sched_getaffinity(0))
+spin = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+neighbours = [subprocess.Popen([sys.executable, "-c", spin, str(cpu)]) for cpu in cpus]
+try:
+    deadline = time.monotonic() + 60
+    while engine.stats().decode_threads == out["target"] and time.monotonic() < deadline:
+        ask("Tell me a long story about a lighthouse.", 64)
+    out["threads_busy"] = engine.stats().decode_threads
+    out["busy"] = ask(question, 48)
+    out["threads_after"] = engine.stats().decode_threads
+finally:
+    for process in neighbours:
+        process.kill()
+    engine.close()
+out["warnings"] = warnings
+print(json.dumps(out))
+"""
+
+
+def test_busy_cores_take_threads_away_and_leave_the_answers_alone(smollm_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(smollm_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    cores = out["target"]
+    if cores < 2:
+        pytest.skip("one physical core: no thread to give up")
+    assert out["threads_alone"] == cores
+    assert 1 <= out["threads_busy"] < cores
+    assert out["threads_after"] < cores  # the second answer ran on fewer threads
+    assert out["busy"] == out["alone"]
+    assert len(out["warnings"]) == 1 and "decode threads had" in out["warnings"][0]

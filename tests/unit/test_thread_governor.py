@@ -1,0 +1,230 @@
+"""The decode's thread count follows the machine's load when ``n_threads`` is left to the engine.
+
+``ThreadGovernor`` is pure: it reads a scheduler accounting and ``/proc/stat`` through injected
+readers, so these tests play a machine through it window by window. The readers themselves are
+checked against the kernel's real files, and against a real busy neighbour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llamacpp_integrations.engine.worker.thread_governor import (
+    HOLD_S,
+    WINDOW_S,
+    SchedTimes,
+    ThreadGovernor,
+    read_idle_share,
+    read_schedstat,
+)
+
+linux_only = pytest.mark.skipif(
+    not Path("/proc/thread-self/schedstat").exists(), reason="Linux's scheduler accounting"
+)
+
+
+class Machine:
+    """A played machine: each ``window`` says what the worker ran and waited, and how much of
+    the process's CPUs sat idle, over the next second."""
+
+    def __init__(self, cpus: int = 2) -> None:
+        self.cpus = range(cpus)
+        self.sched = SchedTimes(0, 0)
+        self.idle = (0, 0)
+        self.idle_reads = 0
+        self.now = 100.0
+
+    def read_sched(self) -> SchedTimes:
+        return self.sched
+
+    def read_idle(self, cpus: object) -> tuple[int, int]:
+        assert cpus is self.cpus
+        self.idle_reads += 1
+        return self.idle
+
+    def window(self, *, ran: float, waited: float = 0.0, idle_cores: float = 0.0) -> None:
+        """The next second: the worker ran ``ran`` s and waited ``waited`` s for a CPU."""
+        self.now += WINDOW_S
+        self.sched = SchedTimes(
+            self.sched.run_ns + int(ran * 1e9), self.sched.wait_ns + int(waited * 1e9)
+        )
+        ticks = 100 * len(self.cpus)  # USER_HZ ticks per second, over every CPU
+        self.idle = (self.idle[0] + int(idle_cores * 100), self.idle[1] + ticks)
+
+    def governor(self, target: int) -> ThreadGovernor:
+        governor = ThreadGovernor(
+            target, cpus=self.cpus, read_sched=self.read_sched, read_idle=self.read_idle
+        )
+        assert governor.tick(self.now) is None  # the first window starts
+        return governor
+
+
+def test_a_quiet_machine_keeps_every_thread_and_reads_proc_stat_never() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    for _ in range(5):
+        machine.window(ran=1.0, waited=0.002)
+        assert governor.tick(machine.now) is None
+    assert governor.threads == 2
+    assert governor.got_cores == pytest.approx(2.0, abs=0.01)
+    assert machine.idle_reads == 0  # only read while a rise is possible
+
+
+def test_between_windows_a_tick_reads_nothing() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.sched = SchedTimes(10**9, 10**9)  # would drop, if it were read
+    assert governor.tick(machine.now + WINDOW_S / 2) is None
+    assert governor.threads == 2
+
+
+def test_a_busy_neighbour_drops_to_the_cores_got_and_idle_cores_bring_them_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    with caplog.at_level(logging.INFO, logger="llamacpp_integrations.engine"):
+        machine.window(ran=0.64, waited=0.36)  # as measured: 2 threads beside one busy process
+        assert governor.tick(machine.now) == 1
+        assert governor.got_cores == pytest.approx(1.28)
+        # The neighbour stays: no idle CPU, no rise.
+        for _ in range(10):
+            machine.window(ran=1.0)
+            assert governor.tick(machine.now) is None
+        # Another program takes a little of the second core: not enough for a thread.
+        machine.window(ran=1.0, idle_cores=0.4)
+        assert governor.tick(machine.now) is None
+        # The neighbour leaves halfway through a window.
+        machine.window(ran=1.0, idle_cores=0.5)
+        assert governor.tick(machine.now) == 2
+    drop, rise = caplog.records
+    assert drop.levelno == logging.WARNING and "decoding on 1 thread " in drop.getMessage()
+    assert rise.levelno == logging.INFO and "2 threads again" in rise.getMessage()
+
+
+def test_no_rise_before_the_hold_and_a_rise_taken_back_doubles_it() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.6, waited=0.4)
+    assert governor.tick(machine.now) == 1
+    dropped_at = machine.now
+    while machine.now + WINDOW_S < dropped_at + HOLD_S:
+        machine.window(ran=1.0, idle_cores=1.0)
+        assert governor.tick(machine.now) is None  # idle, but held
+    machine.window(ran=1.0, idle_cores=1.0)
+    assert governor.tick(machine.now) == 2
+    machine.window(ran=0.6, waited=0.4)  # the neighbour was only resting
+    assert governor.tick(machine.now) == 1
+    dropped_at = machine.now
+    rose = None
+    while rose is None:
+        machine.window(ran=1.0, idle_cores=1.0)
+        rose = governor.tick(machine.now)
+    assert machine.now - dropped_at >= 2 * HOLD_S
+
+
+def test_many_cores_lose_only_what_the_neighbour_takes() -> None:
+    """8 threads and one busy process on 8 cores: each runnable task gets 8/9 of a core."""
+    machine = Machine(cpus=8)
+    governor = machine.governor(8)
+    machine.window(ran=8 / 9, waited=1 / 9)
+    assert governor.tick(machine.now) == 7
+    machine.window(ran=1.0)
+    assert governor.tick(machine.now) is None  # 7 threads on the 7 cores left: no waits
+
+
+def test_a_small_wait_changes_nothing() -> None:
+    machine = Machine(cpus=4)
+    governor = machine.governor(4)
+    machine.window(ran=0.9, waited=0.1)  # 3.6 cores of 4: less than half a core short
+    assert governor.tick(machine.now) is None
+
+
+def test_a_mostly_idle_worker_decides_nothing() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.1, waited=0.3)  # wanted a CPU for 0.4 s of the second
+    assert governor.tick(machine.now) is None
+    assert governor.got_cores is None
+
+
+def test_it_stays_off_with_one_thread_or_without_the_accounting() -> None:
+    machine = Machine()
+    assert not machine.governor(1).enabled
+    missing = ThreadGovernor(4, cpus=range(4), read_sched=lambda: None, read_idle=lambda c: None)
+    assert not missing.enabled and missing.tick(0.0) is None and missing.tick(9.0) is None
+
+
+# ---- the readers, on the kernel's own files ------------------------------------------------
+
+PROC_STAT = """cpu  7837310 238198 541144 2645108 18902 0 4529 25656 0 0
+cpu0 3806504 128189 242182 1460382 4273 0 1172 12474 0 0
+cpu1 4030806 110008 298961 1184725 14629 0 3356 13182 0 0
+cpu2 100 0 0 900 0 0 0 0 7 0
+intr 1234 5 6
+ctxt 99
+"""
+
+
+def test_idle_share_sums_the_cpus_asked_for(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text(PROC_STAT, encoding="ascii")
+    idle, total = read_idle_share({1, 2}, str(stat))
+    assert idle == 1184725 + 14629 + 900
+    assert total == (4030806 + 110008 + 298961 + 1184725 + 14629 + 0 + 3356 + 13182) + 1000
+    assert read_idle_share({7}, str(stat)) is None
+    assert read_idle_share({0}, str(tmp_path / "missing")) is None
+
+
+def test_schedstat_reads_three_fields(tmp_path: Path) -> None:
+    file = tmp_path / "schedstat"
+    file.write_text("998485100 15373 412\n", encoding="ascii")
+    assert read_schedstat(str(file)) == SchedTimes(998485100, 15373)
+    file.write_text("", encoding="ascii")
+    assert read_schedstat(str(file)) is None
+
+
+@linux_only
+def test_the_real_accounting_sees_a_busy_neighbour() -> None:
+    """A thread spinning on the same single CPU as a busy process waits for it about half the
+    time, and the kernel's accounting says so."""
+    cpu = min(os.sched_getaffinity(0))
+
+    def spin_for(seconds: float) -> SchedTimes:
+        out: list[SchedTimes] = []
+
+        def spin() -> None:
+            os.sched_setaffinity(0, {cpu})
+            before = read_schedstat()
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+            after = read_schedstat()
+            assert before is not None and after is not None
+            out.append(SchedTimes(after.run_ns - before.run_ns, after.wait_ns - before.wait_ns))
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        thread.join()
+        return out[0]
+
+    neighbour = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
+    )
+    try:
+        time.sleep(0.2)
+        shared = spin_for(1.0)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert shared.wait_ns > 0.25 * (shared.run_ns + shared.wait_ns)
+    idle = read_idle_share(os.sched_getaffinity(0))
+    assert idle is not None and 0 <= idle[0] <= idle[1]
