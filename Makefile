@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 # llama-cpp-python compiles llama.cpp from source: use both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-two-models bench-flash-attention bench-cpu-limit bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
+.PHONY: install models demo test figures lint unit integration notebooks docs docs-serve bench bench-images bench-loop bench-agents bench-lifecycle bench-repro bench-shared bench-wave bench-prefix bench-fairness bench-overhead bench-two-models bench-flash-attention bench-cpu-limit bench-busy-cpu bench-profile bench-report llama-server llama-bench llama-server-release test-live-release bench-server bench-remote bench-embeddings bench-spec bench-ray soak fuzz soak-test test-slow conformance test-live test-live-quick record-cassettes clean
 
 # llama.cpp's own server and llama-bench, built for the benchmarks and the live remote tests
 # (defined up here: prerequisites are expanded when a rule is read).
@@ -174,8 +174,13 @@ bench-cpu-limit: models
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --json $(RESULTS)/cpu_limit.json
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --json $(RESULTS)/cpu_limit_busy.json
 
+# One stream while a busy process comes and goes on the same cores: the engine's own thread
+# count (n_threads=None) against a fixed one (Linux; about 3 minutes).
+bench-busy-cpu: models
+	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --json $(RESULTS)/busy_cpu.json
+
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
-# About 70 minutes here (plus the llama-server build the first time).
+# About 75 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
 bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
@@ -209,6 +214,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --skip-without-cgroup --json $(RESULTS)/cpu_limit.json
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --skip-without-cgroup \
 		--json $(RESULTS)/cpu_limit_busy.json
+	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --json $(RESULTS)/busy_cpu.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed

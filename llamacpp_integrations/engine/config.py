@@ -142,7 +142,9 @@ class EngineConfig:
             reading only the rest, instead of reading the shared prefix again, images in it
             included (needs the prefill layout: ``prefill_block`` not ``0``).
         n_threads: CPU threads for decoding; ``None``: one per physical core this process may
-            run on, within its container's CPU limit (``engine/cpu_budget.py``).
+            run on, within its container's CPU limit (``engine/cpu_budget.py``), and fewer
+            while other work keeps those cores busy (``engine/worker/thread_governor.py``;
+            on Linux, with the model on the CPU, outside ``deterministic`` mode).
         n_gpu_layers: Layers offloaded to a GPU build of llama.cpp (``-1`` for all, ``0`` for
             none). ``None`` (the default): every layer when llama.cpp was built with a GPU
             backend and the weights fit in the GPU's free memory, as many as fit when they do
