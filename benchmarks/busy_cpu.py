@@ -10,9 +10,11 @@ streams greedy SmolLM2 tokens through ``Engine.astream`` in three phases, one re
 2. ``busy``: ``--neighbours`` processes spin on this process's CPUs from the request's start;
 3. ``quiet_again``: they were stopped right before it.
 
-Sides: ``fixed`` (``n_threads`` = the engine's default count, written out: it never changes)
-and ``default`` (``n_threads=None``: ``engine/worker/thread_governor.py`` drops threads while
-the cores are busy and brings them back once they are idle). Reported per side and phase,
+Sides: ``fixed`` (``n_threads`` = the engine's default count, written out: it never changes),
+``default`` (``n_threads=None``: ``engine/worker/thread_governor.py`` drops threads while the
+cores are busy and brings them back once they are idle), and with ``--server``, llama.cpp's
+``llama-server`` on the same count (one slot, streamed over loopback, ``ignore_eos``).
+Reported per side and phase,
 medians over ``--rounds`` (sides alternate their order each round): decode tokens/s after the
 first token, and the threads the engine decoded on at the phase's end; for ``default``, how
 long after the neighbours started the count dropped, and after they stopped, rose. Linux only
@@ -31,13 +33,53 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import results
 from cpu_limit import busy_neighbours
+from server_chat import stream_chat
 
-SIDES = ("fixed", "default")
+SIDES = ("fixed", "default", "llama_server")
 PHASES = ("quiet", "busy", "quiet_again")
+STORY = "Write a long story about a lighthouse."
+
+
+def _rate(arrivals: list[tuple[float, int]]) -> float:
+    """Decode tokens/s after the first chunk: (time, tokens) per chunk."""
+    return sum(n for _, n in arrivals[1:]) / (arrivals[-1][0] - arrivals[0][0])
+
+
+def _server_phases(binary: str, tokens: int, neighbours: int) -> dict[str, Any]:
+    """The phases against llama-server on the engine's default count, fixed."""
+    from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
+    from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
+    from llamacpp_integrations.models import resolve_model_path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.live.llama_servers import LlamaServerProcess
+
+    target = read_cpu_budget().threads
+    extra = ("-fa", "off", "--no-repack") if cpu_advertises_amx() else ("-fa", "off")
+    model = resolve_model_path("smollm2-135m")
+    server = LlamaServerProcess(
+        Path(binary), Path(model), threads=target, slots=1, n_ctx_per_slot=4096, extra=extra
+    ).start()
+
+    def stream(n: int) -> dict[str, Any]:
+        messages = [{"role": "user", "content": STORY}]
+        arrivals = [(t, 1) for t, _ in stream_chat(server.port, messages, n, ignore_eos=True)]
+        return {"tok_s": _rate(arrivals), "threads_at_end": target, "threads_changed_after_s": None}
+
+    try:
+        stream(4)  # warm-up
+        out = {"target": target, "quiet": stream(tokens)}
+        with busy_neighbours(neighbours):
+            out["busy"] = stream(2 * tokens)
+        out["quiet_again"] = stream(2 * tokens)
+    finally:
+        server.close()
+    return out
 
 
 async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
@@ -51,7 +93,7 @@ async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
 
     def request(n: int) -> ChatRequest:
         return ChatRequest(
-            messages=[{"role": "user", "content": "Write a long story about a lighthouse."}],
+            messages=[{"role": "user", "content": STORY}],
             sampling=SamplingParams(temperature=0.0),
             max_tokens=n,
             ignore_eos=True,
@@ -62,14 +104,14 @@ async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
         thread count first differed from what it was at the start."""
         start = time.perf_counter()
         before = engine.stats().decode_threads
-        arrivals: list[float] = []
+        arrivals: list[tuple[float, int]] = []
         changed_after = None
-        async for _ in engine.astream(request(n)):
-            arrivals.append(time.perf_counter())
+        async for chunk in engine.astream(request(n)):
+            arrivals.append((time.perf_counter(), len(chunk.token_ids)))
             if changed_after is None and engine.stats().decode_threads != before:
-                changed_after = arrivals[-1] - start
+                changed_after = arrivals[-1][0] - start
         return {
-            "tok_s": (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]),
+            "tok_s": _rate(arrivals),
             "threads_at_end": engine.stats().decode_threads,
             "threads_changed_after_s": changed_after,
         }
@@ -86,9 +128,9 @@ async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
     return out
 
 
-def run_side(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
+def run_side(side: str, tokens: int, neighbours: int, server: str | None) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", side, "--tokens", str(tokens)]
-    command += ["--neighbours", str(neighbours)]
+    command += ["--neighbours", str(neighbours)] + (["--server", server] if server else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
         sys.exit(f"the {side!r} process failed:\n{done.stderr[-4000:]}")
@@ -101,19 +143,24 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="the quiet phase's; busy: twice")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=1, help="busy processes in phase 2")
+    parser.add_argument("--server", default=None, help="a llama-server binary: a third side")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "llama_server":
+        print(json.dumps(_server_phases(args.server, args.tokens, args.neighbours)))
+        return
     if args.child:
         print(json.dumps(asyncio.run(_phases(args.child, args.tokens, args.neighbours))))
         return
     if not sys.platform.startswith("linux"):
         print("the engine follows the machine's load on Linux only", file=sys.stderr)
         sys.exit(0)
-    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    sides = SIDES if args.server else SIDES[:2]
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for r in range(args.rounds):
-        for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
-            runs[side].append(run_side(side, args.tokens, args.neighbours))
+        for side in sides if r % 2 == 0 else tuple(reversed(sides)):
+            runs[side].append(run_side(side, args.tokens, args.neighbours, args.server))
         print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
     phases = {
         side: {
@@ -125,15 +172,20 @@ def main() -> None:
             }
             for phase in PHASES
         }
-        for side in SIDES
+        for side in sides
     }
-    ratios = {
-        phase: statistics.median(
-            d[phase]["tok_s"] / f[phase]["tok_s"]
-            for d, f in zip(runs["default"], runs["fixed"], strict=True)
-        )
-        for phase in PHASES
-    }
+
+    def ratios_over(peer: str) -> dict[str, float]:
+        return {
+            phase: statistics.median(
+                d[phase]["tok_s"] / p[phase]["tok_s"]
+                for d, p in zip(runs["default"], runs[peer], strict=True)
+            )
+            for phase in PHASES
+        }
+
+    ratios = ratios_over("fixed")
+    over_server = ratios_over("llama_server") if args.server else None
     reaction = {
         f"{phase}_s": statistics.median(
             run[phase]["threads_changed_after_s"]
@@ -152,6 +204,10 @@ def main() -> None:
     print("\ndefault / fixed, tokens/s (median of the rounds' ratios):")
     for phase, ratio in ratios.items():
         print(f"  {phase}: {ratio:.2f}x")
+    if over_server is not None:
+        print("default / llama-server, tokens/s:")
+        for phase, ratio in over_server.items():
+            print(f"  {phase}: {ratio:.2f}x")
     print(f"default's count changed after (s, median): {reaction}")
     settings = {
         "cpus": len(os.sched_getaffinity(0)),
@@ -161,7 +217,13 @@ def main() -> None:
         "tokens": {"quiet": args.tokens, "busy": 2 * args.tokens, "quiet_again": 2 * args.tokens},
         "rounds": args.rounds,
         "request": "Engine.astream, greedy, ignore_eos, after a 4-token warm-up",
-        "sides": {"fixed": "n_threads = the default's count, written out", "default": "None"},
+        "sides": {
+            "fixed": "n_threads = the default's count, written out",
+            "default": "None",
+            "llama_server": "llama-server -t/-tb the default's count, -np 1, -c 4096, -fa off"
+            if args.server
+            else "not run (no --server)",
+        },
         "figures": "medians over the rounds; ratios: median of each round's default / fixed",
     }
     results.write(
@@ -170,6 +232,7 @@ def main() -> None:
         settings,
         phases=phases,
         default_over_fixed=ratios,
+        default_over_llama_server=over_server,
         default_changed_after=reaction,
         runs=runs,
     )
