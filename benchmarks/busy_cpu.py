@@ -14,11 +14,12 @@ Sides: ``fixed`` (``n_threads`` = the engine's default count, written out: it ne
 ``default`` (``n_threads=None``: ``engine/worker/thread_governor.py`` drops threads while the
 cores are busy and brings them back once they are idle), and with ``--server``, llama.cpp's
 ``llama-server`` on the same count (one slot, streamed over loopback, ``ignore_eos``).
-Reported per side and phase,
-medians over ``--rounds`` (sides alternate their order each round): decode tokens/s after the
-first token, and the threads the engine decoded on at the phase's end; for ``default``, how
-long after the neighbours started the count dropped, and after they stopped, rose. Linux only
-(elsewhere the count never moves). Nothing is asserted.
+
+Reported per side and phase, medians over ``--rounds`` (sides alternate their order each
+round): decode tokens/s after the first token (a request still running after
+``--phase-seconds`` ends there), and the threads the engine decoded on at the phase's end; for
+``default``, how long after the neighbours started the count dropped, and after they stopped,
+rose. Linux only (elsewhere the count never moves). Nothing is asserted.
 
     python benchmarks/busy_cpu.py --json benchmarks/results/busy_cpu.json
 """
@@ -50,7 +51,7 @@ def _rate(arrivals: list[tuple[float, int]]) -> float:
     return sum(n for _, n in arrivals[1:]) / (arrivals[-1][0] - arrivals[0][0])
 
 
-def _server_phases(binary: str, tokens: int, neighbours: int) -> dict[str, Any]:
+def _server_phases(binary: str, tokens: int, neighbours: int, cap_s: float) -> dict[str, Any]:
     """The phases against llama-server on the engine's default count, fixed."""
     from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
     from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
@@ -68,7 +69,11 @@ def _server_phases(binary: str, tokens: int, neighbours: int) -> dict[str, Any]:
 
     def stream(n: int) -> dict[str, Any]:
         messages = [{"role": "user", "content": STORY}]
-        arrivals = [(t, 1) for t, _ in stream_chat(server.port, messages, n, ignore_eos=True)]
+        arrivals: list[tuple[float, int]] = []
+        for t, _ in stream_chat(server.port, messages, n, ignore_eos=True):
+            arrivals.append((t, 1))  # llama-server streams a token per chunk
+            if t - arrivals[0][0] > cap_s:
+                break  # closes the connection: the server stops the request
         return {"tok_s": _rate(arrivals), "threads_at_end": target, "threads_changed_after_s": None}
 
     try:
@@ -82,7 +87,7 @@ def _server_phases(binary: str, tokens: int, neighbours: int) -> dict[str, Any]:
     return out
 
 
-async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
+async def _phases(side: str, tokens: int, neighbours: int, cap_s: float) -> dict[str, Any]:
     from llamacpp_integrations.engine import ChatRequest, Engine, EngineConfig, SamplingParams
     from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
 
@@ -110,6 +115,8 @@ async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
             arrivals.append((time.perf_counter(), len(chunk.token_ids)))
             if changed_after is None and engine.stats().decode_threads != before:
                 changed_after = arrivals[-1][0] - start
+            if arrivals[-1][0] - arrivals[0][0] > cap_s:
+                break  # closes the stream: the engine cancels the request
         return {
             "tok_s": _rate(arrivals),
             "threads_at_end": engine.stats().decode_threads,
@@ -128,8 +135,11 @@ async def _phases(side: str, tokens: int, neighbours: int) -> dict[str, Any]:
     return out
 
 
-def run_side(side: str, tokens: int, neighbours: int, server: str | None) -> dict[str, Any]:
+def run_side(
+    side: str, tokens: int, neighbours: int, server: str | None, cap_s: float
+) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", side, "--tokens", str(tokens)]
+    command += ["--phase-seconds", str(cap_s)]
     command += ["--neighbours", str(neighbours)] + (["--server", server] if server else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
@@ -144,14 +154,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=1, help="busy processes in phase 2")
     parser.add_argument("--server", default=None, help="a llama-server binary: a third side")
+    parser.add_argument(
+        "--phase-seconds", type=float, default=30.0,
+        help="a phase's request ends after this long, its tokens/s from what came (a side that "
+        "collapses beside a busy process would otherwise take minutes)",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "llama_server":
-        print(json.dumps(_server_phases(args.server, args.tokens, args.neighbours)))
+        out = _server_phases(args.server, args.tokens, args.neighbours, args.phase_seconds)
+        print(json.dumps(out))
         return
     if args.child:
-        print(json.dumps(asyncio.run(_phases(args.child, args.tokens, args.neighbours))))
+        out = asyncio.run(_phases(args.child, args.tokens, args.neighbours, args.phase_seconds))
+        print(json.dumps(out))
         return
     if not sys.platform.startswith("linux"):
         print("the engine follows the machine's load on Linux only", file=sys.stderr)
@@ -160,7 +177,9 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for r in range(args.rounds):
         for side in sides if r % 2 == 0 else tuple(reversed(sides)):
-            runs[side].append(run_side(side, args.tokens, args.neighbours, args.server))
+            runs[side].append(
+                run_side(side, args.tokens, args.neighbours, args.server, args.phase_seconds)
+            )
         print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
     phases = {
         side: {
@@ -216,6 +235,7 @@ def main() -> None:
         "model": "smollm2-135m",
         "tokens": {"quiet": args.tokens, "busy": 2 * args.tokens, "quiet_again": 2 * args.tokens},
         "rounds": args.rounds,
+        "phase_seconds": f"a phase's request ends after {args.phase_seconds:g} s at most",
         "request": "Engine.astream, greedy, ignore_eos, after a 4-token warm-up",
         "sides": {
             "fixed": "n_threads = the default's count, written out",
