@@ -10,6 +10,12 @@ streams greedy SmolLM2 tokens through ``Engine.astream`` in three phases, one re
 2. ``busy``: ``--neighbours`` processes spin on this process's CPUs from the request's start;
 3. ``quiet_again``: they were stopped right before it.
 
+Every side and every neighbour runs in a session of its own, as programs started apart do (a
+terminal each, a service each): where Linux groups a session's tasks for the scheduler
+(autogroup, on by default in desktop kernels; services and containers get cgroups of their
+own, shared the same way), it shares the CPUs between the groups first, and a decode thread
+on a core the other group wants gets a third of it.
+
 Sides: ``fixed`` (``n_threads`` = the engine's default count, written out: it never changes),
 ``default`` (``n_threads=None``: ``engine/worker/thread_governor.py`` drops threads while the
 cores are busy and brings them back once they are idle), and with ``--server``, llama.cpp's
@@ -79,7 +85,7 @@ def _server_phases(binary: str, tokens: int, neighbours: int, cap_s: float) -> d
     try:
         stream(4)  # warm-up
         out = {"target": target, "quiet": stream(tokens)}
-        with busy_neighbours(neighbours):
+        with busy_neighbours(neighbours, own_session=True):
             out["busy"] = stream(2 * tokens)
         out["quiet_again"] = stream(2 * tokens)
     finally:
@@ -127,7 +133,7 @@ async def _phases(side: str, tokens: int, neighbours: int, cap_s: float) -> dict
         async for _ in engine.astream(request(4)):  # warm-up: first decode, page cache
             pass
         out = {"target": target, "quiet": await stream(tokens)}
-        with busy_neighbours(neighbours):
+        with busy_neighbours(neighbours, own_session=True):
             out["busy"] = await stream(2 * tokens)
         out["quiet_again"] = await stream(2 * tokens)
     finally:
@@ -141,7 +147,10 @@ def run_side(
     command = [sys.executable, __file__, "--child", side, "--tokens", str(tokens)]
     command += ["--phase-seconds", str(cap_s)]
     command += ["--neighbours", str(neighbours)] + (["--server", server] if server else [])
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    # A session of its own, as llama-server's: the model runs apart from the neighbours.
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, check=False, start_new_session=True
+    )
     if done.returncode != 0:
         sys.exit(f"the {side!r} process failed:\n{done.stderr[-4000:]}")
     measured: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

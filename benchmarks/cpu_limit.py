@@ -72,10 +72,13 @@ def cpu_limited_cgroup(cpus: float, *, skip: bool) -> Iterator[tuple[Path, str]]
 
 
 @contextlib.contextmanager
-def busy_neighbours(count: int) -> Iterator[None]:
+def busy_neighbours(count: int, *, own_session: bool = False) -> Iterator[None]:
     """``count`` processes spinning outside the cgroup for the block: the other work of a host
-    that a container shares."""
-    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    that a container shares. ``own_session``: in a session of their own, as another program
+    started elsewhere (a terminal, a service) runs; where Linux groups each session's tasks
+    (autogroup), the scheduler then shares the CPU between the sessions first."""
+    command = [sys.executable, "-c", "while True: pass"]
+    spinning = [subprocess.Popen(command, start_new_session=own_session) for _ in range(count)]
     try:
         yield
     finally:
