@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.skipif(
-    not Path("/proc/thread-self/schedstat").exists() or (os.cpu_count() or 1) < 2,
+    not Path("/proc/self/task").is_dir() or (os.cpu_count() or 1) < 2,
     reason="Linux's scheduler accounting, and two CPUs at least",
 )
 

@@ -1,8 +1,9 @@
 """The decode's thread count follows the machine's load when ``n_threads`` is left to the engine.
 
-``ThreadGovernor`` is pure: it reads a scheduler accounting and ``/proc/stat`` through injected
-readers, so these tests play a machine through it window by window. The readers themselves are
-checked against the kernel's real files, and against a real busy neighbour.
+``ThreadGovernor`` is pure: it reads the threads' scheduler accounting and ``/proc/stat``
+through injected readers, so these tests play a machine through it window by window. The
+readers themselves are checked against the kernel's real files, and against a real busy
+neighbour.
 """
 
 from __future__ import annotations
@@ -24,46 +25,70 @@ from llamacpp_integrations.engine.worker.thread_governor import (
     ThreadGovernor,
     read_idle_share,
     read_schedstat,
+    read_threads_schedstat,
 )
 
 linux_only = pytest.mark.skipif(
-    not Path("/proc/thread-self/schedstat").exists(), reason="Linux's scheduler accounting"
+    read_threads_schedstat() is None, reason="Linux's scheduler accounting"
 )
 
 
 class Machine:
-    """A played machine: each ``window`` says what the worker ran and waited, and how much of
-    the process's CPUs sat idle, over the next second."""
+    """A played machine: each ``window`` says what the process's threads ran and waited, how
+    long the worker stepped, and how much of the process's CPUs sat idle, over the next second.
+    Its threads: the worker (1), llama.cpp's other decode thread (2), the event loop (3)."""
 
     def __init__(self, cpus: int = 2) -> None:
         self.cpus = range(cpus)
-        self.sched = SchedTimes(0, 0)
+        self.sched = {tid: SchedTimes(0, 0) for tid in (1, 2, 3)}
         self.idle = (0, 0)
         self.idle_reads = 0
         self.now = 100.0
+        self.stepped = 0.0
 
-    def read_sched(self) -> SchedTimes:
-        return self.sched
+    def read_sched(self) -> dict[int, SchedTimes]:
+        return dict(self.sched)
 
     def read_idle(self, cpus: object) -> tuple[int, int]:
         assert cpus is self.cpus
         self.idle_reads += 1
         return self.idle
 
-    def window(self, *, ran: float, waited: float = 0.0, idle_cores: float = 0.0) -> None:
-        """The next second: the worker ran ``ran`` s and waited ``waited`` s for a CPU."""
+    def window(
+        self,
+        *,
+        ran: float,
+        waited: float = 0.0,
+        idle_cores: float = 0.0,
+        stepped: float = WINDOW_S,
+        tid: int = 1,
+    ) -> None:
+        """The next second: thread ``tid`` ran ``ran`` s and waited ``waited`` s for a CPU,
+        while the worker stepped for ``stepped`` s."""
         self.now += WINDOW_S
-        self.sched = SchedTimes(
-            self.sched.run_ns + int(ran * 1e9), self.sched.wait_ns + int(waited * 1e9)
+        self.stepped = stepped
+        times = self.sched[tid]
+        self.sched[tid] = SchedTimes(
+            times.run_ns + int(ran * 1e9), times.wait_ns + int(waited * 1e9)
         )
         ticks = 100 * len(self.cpus)  # USER_HZ ticks per second, over every CPU
         self.idle = (self.idle[0] + int(idle_cores * 100), self.idle[1] + ticks)
+
+    def also(self, tid: int, *, ran: float, waited: float = 0.0) -> None:
+        """Thread ``tid``'s share of the same second."""
+        times = self.sched.get(tid, SchedTimes(0, 0))
+        self.sched[tid] = SchedTimes(
+            times.run_ns + int(ran * 1e9), times.wait_ns + int(waited * 1e9)
+        )
+
+    def tick(self, governor: ThreadGovernor) -> int | None:
+        return governor.tick(self.now, self.stepped)
 
     def governor(self, target: int) -> ThreadGovernor:
         governor = ThreadGovernor(
             target, cpus=self.cpus, read_sched=self.read_sched, read_idle=self.read_idle
         )
-        assert governor.tick(self.now) is None  # the first window starts
+        assert governor.tick(self.now, 0.0) is None  # the first window starts
         return governor
 
 
@@ -72,7 +97,7 @@ def test_a_quiet_machine_keeps_every_thread_and_reads_proc_stat_never() -> None:
     governor = machine.governor(2)
     for _ in range(5):
         machine.window(ran=1.0, waited=0.002)
-        assert governor.tick(machine.now) is None
+        assert machine.tick(governor) is None
     assert governor.threads == 2
     assert governor.got_cores == pytest.approx(2.0, abs=0.01)
     assert machine.idle_reads == 0  # only read while a rise is possible
@@ -81,8 +106,8 @@ def test_a_quiet_machine_keeps_every_thread_and_reads_proc_stat_never() -> None:
 def test_between_windows_a_tick_reads_nothing() -> None:
     machine = Machine()
     governor = machine.governor(2)
-    machine.sched = SchedTimes(10**9, 10**9)  # would drop, if it were read
-    assert governor.tick(machine.now + WINDOW_S / 2) is None
+    machine.sched[1] = SchedTimes(10**9, 10**9)  # would drop, if it were read
+    assert governor.tick(machine.now + WINDOW_S / 2, WINDOW_S / 2) is None
     assert governor.threads == 2
 
 
@@ -93,18 +118,18 @@ def test_a_busy_neighbour_drops_to_the_cores_got_and_idle_cores_bring_them_back(
     governor = machine.governor(2)
     with caplog.at_level(logging.INFO, logger="llamacpp_integrations.engine"):
         machine.window(ran=0.64, waited=0.36)  # as measured: 2 threads beside one busy process
-        assert governor.tick(machine.now) == 1
+        assert machine.tick(governor) == 1
         assert governor.got_cores == pytest.approx(1.28)
         # The neighbour stays: no idle CPU, no rise.
         for _ in range(10):
             machine.window(ran=1.0)
-            assert governor.tick(machine.now) is None
+            assert machine.tick(governor) is None
         # Another program takes a little of the second core: not enough for a thread.
         machine.window(ran=1.0, idle_cores=0.4)
-        assert governor.tick(machine.now) is None
+        assert machine.tick(governor) is None
         # The neighbour leaves halfway through a window.
         machine.window(ran=1.0, idle_cores=0.5)
-        assert governor.tick(machine.now) == 2
+        assert machine.tick(governor) == 2
     drop, rise = caplog.records
     assert drop.levelno == logging.WARNING and "decoding on 1 thread " in drop.getMessage()
     assert rise.levelno == logging.INFO and "2 threads again" in rise.getMessage()
@@ -114,20 +139,20 @@ def test_no_rise_before_the_hold_and_a_rise_taken_back_doubles_it() -> None:
     machine = Machine()
     governor = machine.governor(2)
     machine.window(ran=0.6, waited=0.4)
-    assert governor.tick(machine.now) == 1
+    assert machine.tick(governor) == 1
     dropped_at = machine.now
     while machine.now + WINDOW_S < dropped_at + HOLD_S:
         machine.window(ran=1.0, idle_cores=1.0)
-        assert governor.tick(machine.now) is None  # idle, but held
+        assert machine.tick(governor) is None  # idle, but held
     machine.window(ran=1.0, idle_cores=1.0)
-    assert governor.tick(machine.now) == 2
+    assert machine.tick(governor) == 2
     machine.window(ran=0.6, waited=0.4)  # the neighbour was only resting
-    assert governor.tick(machine.now) == 1
+    assert machine.tick(governor) == 1
     dropped_at = machine.now
     rose = None
     while rose is None:
         machine.window(ran=1.0, idle_cores=1.0)
-        rose = governor.tick(machine.now)
+        rose = machine.tick(governor)
     assert machine.now - dropped_at >= 2 * HOLD_S
 
 
@@ -136,31 +161,54 @@ def test_many_cores_lose_only_what_the_neighbour_takes() -> None:
     machine = Machine(cpus=8)
     governor = machine.governor(8)
     machine.window(ran=8 / 9, waited=1 / 9)
-    assert governor.tick(machine.now) == 7
+    assert machine.tick(governor) == 7
     machine.window(ran=1.0)
-    assert governor.tick(machine.now) is None  # 7 threads on the 7 cores left: no waits
+    assert machine.tick(governor) is None  # 7 threads on the 7 cores left: no waits
 
 
 def test_a_small_wait_changes_nothing() -> None:
     machine = Machine(cpus=4)
     governor = machine.governor(4)
     machine.window(ran=0.9, waited=0.1)  # 3.6 cores of 4: less than half a core short
-    assert governor.tick(machine.now) is None
+    assert machine.tick(governor) is None
 
 
 def test_a_mostly_idle_worker_decides_nothing() -> None:
     machine = Machine()
     governor = machine.governor(2)
-    machine.window(ran=0.1, waited=0.3)  # wanted a CPU for 0.4 s of the second
-    assert governor.tick(machine.now) is None
+    machine.window(ran=0.1, waited=0.3, stepped=0.4)  # the event loop's waits, say
+    assert machine.tick(governor) is None
     assert governor.got_cores is None
+
+
+def test_a_starved_decode_thread_drops_it_while_the_worker_sleeps_at_a_barrier() -> None:
+    """With the CPUs shared between groups first (autogroup, cgroups), the thread on the core
+    the other group wants gets a third of it in long turns, and the worker, on the free core,
+    sleeps at each barrier waiting for it: its own accounting shows no wait at all."""
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.1, stepped=1.0)  # the worker: asleep most of the second
+    machine.also(2, ran=0.3, waited=0.6)  # the starved decode thread
+    assert machine.tick(governor) == 1
+    assert governor.got_cores == pytest.approx(2 * 0.4)
+
+
+def test_threads_that_came_or_went_within_a_window_are_left_out() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=1.0)
+    machine.also(9, ran=0.0, waited=5.0)  # a thread started within the second
+    del machine.sched[3]
+    assert machine.tick(governor) is None
+    assert governor.got_cores == pytest.approx(2.0)
 
 
 def test_it_stays_off_with_one_thread_or_without_the_accounting() -> None:
     machine = Machine()
     assert not machine.governor(1).enabled
     missing = ThreadGovernor(4, cpus=range(4), read_sched=lambda: None, read_idle=lambda c: None)
-    assert not missing.enabled and missing.tick(0.0) is None and missing.tick(9.0) is None
+    assert not missing.enabled
+    assert missing.tick(0.0, 0.0) is None and missing.tick(9.0, 9.0) is None
 
 
 # ---- the readers, on the kernel's own files ------------------------------------------------
@@ -192,6 +240,15 @@ def test_schedstat_reads_three_fields(tmp_path: Path) -> None:
     assert read_schedstat(str(file)) is None
 
 
+def test_every_thread_of_a_task_folder(tmp_path: Path) -> None:
+    for tid, line in ((101, "5 6 7"), (102, "8 9 1")):
+        (tmp_path / str(tid)).mkdir()
+        (tmp_path / str(tid) / "schedstat").write_text(line, encoding="ascii")
+    (tmp_path / "103").mkdir()  # ended between the listing and the read
+    assert read_threads_schedstat(str(tmp_path)) == {101: SchedTimes(5, 6), 102: SchedTimes(8, 9)}
+    assert read_threads_schedstat(str(tmp_path / "missing")) is None
+
+
 @linux_only
 def test_the_real_accounting_sees_a_busy_neighbour() -> None:
     """A thread spinning on the same single CPU as a busy process waits for it about half the
@@ -203,13 +260,15 @@ def test_the_real_accounting_sees_a_busy_neighbour() -> None:
 
         def spin() -> None:
             os.sched_setaffinity(0, {cpu})
-            before = read_schedstat()
+            me = threading.get_native_id()
+            before = read_threads_schedstat()
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 pass
-            after = read_schedstat()
+            after = read_threads_schedstat()
             assert before is not None and after is not None
-            out.append(SchedTimes(after.run_ns - before.run_ns, after.wait_ns - before.wait_ns))
+            first, last = before[me], after[me]
+            out.append(SchedTimes(last.run_ns - first.run_ns, last.wait_ns - first.wait_ns))
 
         thread = threading.Thread(target=spin)
         thread.start()

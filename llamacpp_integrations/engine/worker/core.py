@@ -167,9 +167,9 @@ class EngineCore:
         """One generation step and one embedding batch, each if there is work for it."""
         if self.closing:
             return
+        start = time.perf_counter()
         chatting = bool(self.scheduler.running)
         if chatting:
-            start = time.perf_counter()
             self._step()
             if self.board.due(start):  # at most every few ms; what ends a request publishes
                 self.publish()
@@ -177,15 +177,15 @@ class EngineCore:
         if self.embeds or not self.scheduler.running:
             self.hand_over()  # no chat decode comes next: the step's events go now
         self.embeds.step(chatting=chatting)
-        self._govern_threads()
+        self._govern_threads(time.perf_counter() - start)
 
-    def _govern_threads(self) -> None:
-        """Let the governor read the last window's CPU waits and put its count on every
+    def _govern_threads(self, stepped: float) -> None:
+        """Let the governor weigh the last window's CPU waits and put its count on every
         context made so far (a context made since a drop starts with the full count)."""
         governor = self.governor
         if governor is None:
             return
-        changed = governor.tick(time.monotonic())
+        changed = governor.tick(time.monotonic(), stepped)
         if changed is None and governor.threads == governor.target:
             return
         embedder = self.embeds.embedder

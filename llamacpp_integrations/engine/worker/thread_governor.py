@@ -7,11 +7,16 @@ threads is off its core part of the time, and the whole decode waits for it: on 
 one busy process, 2 threads decoded SmolLM2 at about 40 tokens/s where 1 thread kept 80.
 No default read at start can know about that work, so the worker watches for it.
 
-The signal is the worker thread's own scheduler accounting (Linux's
-``/proc/thread-self/schedstat``): the time it ran and the time it was ready but waited for a
-CPU. The worker is the thread that calls ``llama_decode`` and leads llama.cpp's team, so its
-share of waiting is the team's, and ``threads * (1 - wait share)`` is the cores the team really
-got. When that is half a core or more short of the threads, the count drops to the cores got.
+The signal is the kernel's scheduler accounting of this process's threads (Linux's
+``/proc/self/task/*/schedstat``): for each, the time it ran and the time it was ready but waited
+for a CPU. Threads that sleep (an idle pool, a thread waiting for the GIL, a decode thread
+parked at a barrier) count as neither, so what waits is what wanted a core and had none. Over a
+second of steps, ``threads * (1 - the waiting share)`` is about the cores the decode really
+had; when that is half a core or more short of the threads, the count drops to it. Every
+thread counts, not only the worker's: where the scheduler shares the CPUs between groups of
+processes first (Linux's autogroup, one per session; a service's or container's cgroup), the
+thread left on a core the other group wants may be any of llama.cpp's, while the worker sleeps
+at a barrier waiting for it (the decode then slows a hundredfold: measured below).
 Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a core's
 worth of a window or more, one more thread per idle core, rounded. A rise that the next window
 takes back makes the governor wait twice as long before the next one, so a steady neighbour
@@ -28,10 +33,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-__all__ = ["SchedTimes", "ThreadGovernor", "read_idle_share", "read_schedstat"]
+__all__ = [
+    "SchedTimes",
+    "ThreadGovernor",
+    "read_idle_share",
+    "read_schedstat",
+    "read_threads_schedstat",
+]
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
@@ -41,8 +52,8 @@ HOLD_S = 5.0
 """After a drop, how long before the count may rise again; doubled by a rise taken back."""
 MAX_HOLD_S = 160.0
 BUSY_SHARE = 0.5
-"""A window in which the worker wanted a CPU for less of the time than this decides nothing:
-an idle worker's accounting says nothing about the decode's threads."""
+"""A window in which the worker stepped for less of the time than this decides nothing: the
+waits of an idle engine's process are not the decode's."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +64,29 @@ class SchedTimes:
     wait_ns: int
 
 
-def read_schedstat(path: str = "/proc/thread-self/schedstat") -> SchedTimes | None:
-    """The calling thread's ``SchedTimes``; ``None`` where the kernel has no such file."""
+def read_schedstat(path: str) -> SchedTimes | None:
+    """One thread's ``SchedTimes`` from its ``schedstat`` file; ``None`` where there is none."""
     try:
         with open(path, encoding="ascii") as file:
             fields = file.read().split()
         return SchedTimes(int(fields[0]), int(fields[1]))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def read_threads_schedstat(tasks: str = "/proc/self/task") -> dict[int, SchedTimes] | None:
+    """Every thread of this process: its id and ``SchedTimes``; ``None`` off Linux or where
+    the kernel keeps no such accounting."""
+    try:
+        ids = os.listdir(tasks)
+    except OSError:
+        return None
+    threads = {}
+    for tid in ids:
+        times = read_schedstat(f"{tasks}/{tid}/schedstat")
+        if times is not None:  # a thread may end between the listing and the read
+            threads[int(tid)] = times
+    return threads or None
 
 
 def read_idle_share(cpus: Collection[int], path: str = "/proc/stat") -> tuple[int, int] | None:
@@ -85,12 +111,12 @@ def read_idle_share(cpus: Collection[int], path: str = "/proc/stat") -> tuple[in
 
 class ThreadGovernor:
     """Decides the decode's thread count, between 1 and ``target`` (``n_threads`` resolved),
-    from what the worker thread waited for CPUs; ``tick`` is called by the worker between
-    steps, on the worker thread (``read_schedstat`` reads the calling thread's accounting).
+    from what this process's threads waited for CPUs while the worker stepped; ``tick`` is
+    called by the worker after each step.
 
     Attributes:
         threads: The count decodes should run on now.
-        got_cores: The cores the decode's threads really had over the last window that
+        got_cores: About the cores the decode's threads had over the last window that
             decided, ``None`` before one.
     """
 
@@ -99,7 +125,7 @@ class ThreadGovernor:
         target: int,
         *,
         cpus: Collection[int] | None = None,
-        read_sched: Callable[[], SchedTimes | None] = read_schedstat,
+        read_sched: Callable[[], Mapping[int, SchedTimes] | None] = read_threads_schedstat,
         read_idle: Callable[[Collection[int]], tuple[int, int] | None] = read_idle_share,
     ) -> None:
         self.target = self.threads = target
@@ -108,7 +134,8 @@ class ThreadGovernor:
         self._read_sched = read_sched
         self._read_idle = read_idle
         self._start: float | None = None
-        self._sched: SchedTimes | None = None
+        self._stepped = 0.0  # seconds of steps in this window
+        self._sched: Mapping[int, SchedTimes] | None = None
         self._idle: tuple[int, int] | None = None
         self._hold = HOLD_S
         self._rise_until = 0.0  # no rise before this
@@ -116,31 +143,40 @@ class ThreadGovernor:
         self._warned = False
         self.enabled = target > 1 and read_sched() is not None
 
-    def tick(self, now: float) -> int | None:
-        """Called between steps (``now``: ``time.monotonic()``); the new count when it
-        changes, else ``None``. Reads files once a window, nothing in between."""
+    def tick(self, now: float, stepped: float) -> int | None:
+        """Called after each step (``now``: ``time.monotonic()``; ``stepped``: the seconds the
+        step took); the new count when it changes, else ``None``. Reads files once a window,
+        nothing in between."""
         if not self.enabled:
             return None
         if self._start is None:
             self._begin(now)
             return None
+        self._stepped += stepped
         elapsed = now - self._start
         if elapsed < WINDOW_S:
             return None
-        sched, idle = self._sched, self._idle
+        before, stepped, idle = self._sched, self._stepped, self._idle
         self._begin(now)
-        if sched is None or self._sched is None:
+        if before is None or self._sched is None:
             self.enabled = False
             return None
-        ran = self._sched.run_ns - sched.run_ns
-        waited = self._sched.wait_ns - sched.wait_ns
-        if (ran + waited) < BUSY_SHARE * elapsed * 1e9:
-            return None  # the worker was mostly idle: nothing to read from it
+        if stepped < BUSY_SHARE * elapsed:
+            return None  # the worker was mostly idle: the waits were not the decode's
+        ran = waited = 0
+        for tid, times in self._sched.items():
+            earlier = before.get(tid)
+            if earlier is not None:  # threads started or ended within the window are left out
+                ran += times.run_ns - earlier.run_ns
+                waited += times.wait_ns - earlier.wait_ns
+        if ran <= 0:
+            return None
         self.got_cores = self.threads * ran / (ran + waited)
         return self._decide(now, idle)
 
     def _begin(self, now: float) -> None:
         self._start = now
+        self._stepped = 0.0
         self._sched = self._read_sched()
         # Idle CPUs only matter while the count is below the target (a rise is possible).
         self._idle = self._read_idle(self._cpus) if self.threads < self.target else None
