@@ -22,8 +22,9 @@ cores are busy and brings them back once they are idle), and with ``--server``, 
 ``llama-server`` on the same count (one slot, streamed over loopback, ``ignore_eos``).
 
 Reported per side and phase, medians over ``--rounds`` (sides alternate their order each
-round): decode tokens/s after the first token (a request still running after
-``--phase-seconds`` ends there), and the threads the engine decoded on at the phase's end; for
+round): decode tokens/s after the first token and tokens/s over the whole request, its first
+token's wait included (a request still running after ``--phase-seconds`` ends there), and the
+threads the engine decoded on at the phase's end; for
 ``default``, how long after the neighbours started the count dropped, and after they stopped,
 rose. Linux only (elsewhere the count never moves). Nothing is asserted.
 
@@ -52,9 +53,14 @@ PHASES = ("quiet", "busy", "quiet_again")
 STORY = "Write a long story about a lighthouse."
 
 
-def _rate(arrivals: list[tuple[float, int]]) -> float:
-    """Decode tokens/s after the first chunk: (time, tokens) per chunk."""
-    return sum(n for _, n in arrivals[1:]) / (arrivals[-1][0] - arrivals[0][0])
+def _rates(start: float, arrivals: list[tuple[float, int]]) -> dict[str, float]:
+    """From (time, tokens) per chunk of a request sent at ``start``: decode tokens/s after the
+    first chunk, and tokens/s over the whole request (its first token's wait included)."""
+    tokens = sum(n for _, n in arrivals)
+    return {
+        "tok_s": (tokens - arrivals[0][1]) / (arrivals[-1][0] - arrivals[0][0]),
+        "wall_tok_s": tokens / (arrivals[-1][0] - start),
+    }
 
 
 def _server_phases(binary: str, tokens: int, neighbours: int, cap_s: float) -> dict[str, Any]:
@@ -76,11 +82,15 @@ def _server_phases(binary: str, tokens: int, neighbours: int, cap_s: float) -> d
     def stream(n: int) -> dict[str, Any]:
         messages = [{"role": "user", "content": STORY}]
         arrivals: list[tuple[float, int]] = []
+        start = time.perf_counter()
         for t, _ in stream_chat(server.port, messages, n, ignore_eos=True):
             arrivals.append((t, 1))  # llama-server streams a token per chunk
             if t - arrivals[0][0] > cap_s:
                 break  # closes the connection: the server stops the request
-        return {"tok_s": _rate(arrivals), "threads_at_end": target, "threads_changed_after_s": None}
+        return _rates(start, arrivals) | {
+            "threads_at_end": target,
+            "threads_changed_after_s": None,
+        }
 
     try:
         stream(4)  # warm-up
@@ -123,8 +133,7 @@ async def _phases(side: str, tokens: int, neighbours: int, cap_s: float) -> dict
                 changed_after = arrivals[-1][0] - start
             if arrivals[-1][0] - arrivals[0][0] > cap_s:
                 break  # closes the stream: the engine cancels the request
-        return {
-            "tok_s": _rate(arrivals),
+        return _rates(start, arrivals) | {
             "threads_at_end": engine.stats().decode_threads,
             "threads_changed_after_s": changed_after,
         }
@@ -194,6 +203,7 @@ def main() -> None:
         side: {
             phase: {
                 "tok_s": statistics.median(run[phase]["tok_s"] for run in runs[side]),
+                "wall_tok_s": statistics.median(run[phase]["wall_tok_s"] for run in runs[side]),
                 "threads_at_end": statistics.median(
                     run[phase]["threads_at_end"] for run in runs[side]
                 ),
@@ -205,11 +215,12 @@ def main() -> None:
 
     def ratios_over(peer: str) -> dict[str, float]:
         return {
-            phase: statistics.median(
-                d[phase]["tok_s"] / p[phase]["tok_s"]
+            f"{phase}{suffix}": statistics.median(
+                d[phase][figure] / p[phase][figure]
                 for d, p in zip(runs["default"], runs[peer], strict=True)
             )
             for phase in PHASES
+            for figure, suffix in (("tok_s", ""), ("wall_tok_s", "_wall"))
         }
 
     ratios = ratios_over("fixed")
@@ -224,11 +235,14 @@ def main() -> None:
         else None
         for phase in ("busy", "quiet_again")
     }
-    print("\n| side | phase | tok/s | threads at the end |")
-    print("|---|---|---:|---:|")
+    print("\n| side | phase | tok/s | tok/s over the request | threads at the end |")
+    print("|---|---|---:|---:|---:|")
     for side, rows in phases.items():
         for phase, row in rows.items():
-            print(f"| {side} | {phase} | {row['tok_s']:.1f} | {row['threads_at_end']:g} |")
+            print(
+                f"| {side} | {phase} | {row['tok_s']:.1f} | {row['wall_tok_s']:.1f} | "
+                f"{row['threads_at_end']:g} |"
+            )
     print("\ndefault / fixed, tokens/s (median of the rounds' ratios):")
     for phase, ratio in ratios.items():
         print(f"  {phase}: {ratio:.2f}x")
@@ -253,7 +267,9 @@ def main() -> None:
             if args.server
             else "not run (no --server)",
         },
-        "figures": "medians over the rounds; ratios: median of each round's default / fixed",
+        "figures": "medians over the rounds; tok_s: after the first token; wall_tok_s: over the "
+        "request, from its sending; ratios: median of each round's default / the peer "
+        "(*_wall: of wall_tok_s)",
     }
     results.write(
         args.json,

@@ -3,9 +3,11 @@ other work keeps the cores busy, the whole budget again once cores go idle.
 
 llama.cpp splits every step of a decode across its threads and waits for the last of them at
 each of a decode's hundreds of barriers. When another program keeps one core busy, one of the
-threads is off its core part of the time, and the whole decode waits for it: on 2 cores beside
-one busy process, 2 threads decoded SmolLM2 at about 40 tokens/s where 1 thread kept 80.
-No default read at start can know about that work, so the worker watches for it.
+threads is off its core part of the time, and the whole decode waits for it. On 2 cores beside
+one busy process, 2 threads decoded SmolLM2 at about 40 tokens/s where 1 thread kept 80; with
+that process in another session (its own scheduling group), at under 1 token/s
+(``benchmarks/busy_cpu.py``). No default read at start can know about that work, so the worker
+watches for it.
 
 The signal is the kernel's scheduler accounting of this process's threads (Linux's
 ``/proc/self/task/*/schedstat``): for each, the time it ran and the time it was ready but waited
@@ -16,7 +18,9 @@ had; when that is half a core or more short of the threads, the count drops to i
 thread counts, not only the worker's: where the scheduler shares the CPUs between groups of
 processes first (Linux's autogroup, one per session; a service's or container's cgroup), the
 thread left on a core the other group wants may be any of llama.cpp's, while the worker sleeps
-at a barrier waiting for it (the decode then slows a hundredfold: measured below).
+at a barrier waiting for it. A window is read when it ends, after the step that crosses it: a
+step beside a busy group can take seconds, so the first drop can too.
+
 Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a core's
 worth of a window or more, one more thread per idle core, rounded. A rise that the next window
 takes back makes the governor wait twice as long before the next one, so a steady neighbour
