@@ -33,18 +33,22 @@ linux_only = pytest.mark.skipif(
 )
 
 
+LOOP = 100  # the event loop's thread id; llama.cpp's decode threads are 1, 2, ...
+
+
 class Machine:
     """A played machine: each ``window`` says what the process's threads ran and waited, how
     long the worker stepped, and how much of the process's CPUs sat idle, over the next second.
-    Its threads: the worker (1), llama.cpp's other decode thread (2), the event loop (3)."""
+    Its threads: llama.cpp's decode threads (1 is the worker) and the event loop."""
 
     def __init__(self, cpus: int = 2) -> None:
         self.cpus = range(cpus)
-        self.sched = {tid: SchedTimes(0, 0) for tid in (1, 2, 3)}
+        self.sched = {tid: SchedTimes(0, 0) for tid in (*range(1, cpus + 1), LOOP)}
         self.idle = (0, 0)
         self.idle_reads = 0
         self.now = 100.0
         self.stepped = 0.0
+        self.decoding = 0  # the decode threads the governor runs now
 
     def read_sched(self) -> dict[int, SchedTimes]:
         return dict(self.sched)
@@ -61,16 +65,14 @@ class Machine:
         waited: float = 0.0,
         idle_cores: float = 0.0,
         stepped: float = WINDOW_S,
-        tid: int = 1,
+        threads: tuple[int, ...] | None = None,
     ) -> None:
-        """The next second: thread ``tid`` ran ``ran`` s and waited ``waited`` s for a CPU,
-        while the worker stepped for ``stepped`` s."""
+        """The next second: each decode thread (or each of ``threads``) ran ``ran`` s and
+        waited ``waited`` s for a CPU, while the worker stepped for ``stepped`` s."""
         self.now += WINDOW_S
         self.stepped = stepped
-        times = self.sched[tid]
-        self.sched[tid] = SchedTimes(
-            times.run_ns + int(ran * 1e9), times.wait_ns + int(waited * 1e9)
-        )
+        for tid in threads or range(1, self.decoding + 1):
+            self.also(tid, ran=ran, waited=waited)
         ticks = 100 * len(self.cpus)  # USER_HZ ticks per second, over every CPU
         self.idle = (self.idle[0] + int(idle_cores * 100), self.idle[1] + ticks)
 
@@ -82,13 +84,16 @@ class Machine:
         )
 
     def tick(self, governor: ThreadGovernor) -> int | None:
-        return governor.tick(self.now, self.stepped)
+        changed = governor.tick(self.now, self.stepped)
+        self.decoding = governor.threads
+        return changed
 
     def governor(self, target: int) -> ThreadGovernor:
         governor = ThreadGovernor(
             target, cpus=self.cpus, read_sched=self.read_sched, read_idle=self.read_idle
         )
         assert governor.tick(self.now, 0.0) is None  # the first window starts
+        self.decoding = governor.threads
         return governor
 
 
@@ -106,7 +111,7 @@ def test_a_quiet_machine_keeps_every_thread_and_reads_proc_stat_never() -> None:
 def test_between_windows_a_tick_reads_nothing() -> None:
     machine = Machine()
     governor = machine.governor(2)
-    machine.sched[1] = SchedTimes(10**9, 10**9)  # would drop, if it were read
+    machine.sched[1] = SchedTimes(0, 10**9)  # would drop, if it were read
     assert governor.tick(machine.now + WINDOW_S / 2, WINDOW_S / 2) is None
     assert governor.threads == 2
 
@@ -187,18 +192,45 @@ def test_a_starved_decode_thread_drops_it_while_the_worker_sleeps_at_a_barrier()
     sleeps at each barrier waiting for it: its own accounting shows no wait at all."""
     machine = Machine()
     governor = machine.governor(2)
-    machine.window(ran=0.1, stepped=1.0)  # the worker: asleep most of the second
+    machine.window(ran=0.1, threads=(1,))  # the worker: asleep most of the second
     machine.also(2, ran=0.3, waited=0.6)  # the starved decode thread
     assert machine.tick(governor) == 1
-    assert governor.got_cores == pytest.approx(2 * 0.4)
+    assert governor.got_cores == pytest.approx(0.4)  # the CPU time used, the lower reading
 
 
-def test_threads_that_came_or_went_within_a_window_are_left_out() -> None:
+def test_threads_asleep_at_barriers_without_waits_drop_it_too() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.3)  # neither waited: they slept, for each other
+    assert machine.tick(governor) == 1
+
+
+def test_a_busy_event_loop_beside_the_decode_changes_nothing() -> None:
     machine = Machine()
     governor = machine.governor(2)
     machine.window(ran=1.0)
-    machine.also(9, ran=0.0, waited=5.0)  # a thread started within the second
-    del machine.sched[3]
+    machine.also(LOOP, ran=0.5, waited=0.1)
+    assert machine.tick(governor) is None
+    assert governor.got_cores == pytest.approx(2 * 2.5 / 2.6)
+
+
+def test_a_thread_started_within_a_window_counts_from_its_start() -> None:
+    """llama.cpp starts its threads at the first decode: on a quiet machine, the first window
+    must not read as a decode on one core."""
+    machine = Machine()
+    del machine.sched[2]  # not started yet when the window began
+    governor = machine.governor(2)
+    machine.window(ran=1.0)
+    assert machine.tick(governor) is None
+    assert governor.got_cores == pytest.approx(2.0)
+
+
+def test_a_thread_that_ended_within_a_window_is_left_out() -> None:
+    machine = Machine()
+    machine.also(9, ran=50.0)
+    governor = machine.governor(2)
+    machine.window(ran=1.0)
+    del machine.sched[9]
     assert machine.tick(governor) is None
     assert governor.got_cores == pytest.approx(2.0)
 

@@ -14,7 +14,11 @@ The signal is the kernel's scheduler accounting of this process's threads (Linux
 for a CPU. Threads that sleep (an idle pool, a thread waiting for the GIL, a decode thread
 parked at a barrier) count as neither, so what waits is what wanted a core and had none. Over a
 second of steps, ``threads * (1 - the waiting share)`` is about the cores the decode really
-had; when that is half a core or more short of the threads, the count drops to it. Every
+had, and so is the CPU time the process used per second of steps (llama.cpp's threads spin
+while they compute or wait at a barrier, so a decode with its cores uses one per thread; one
+whose threads sleep at barriers for a starved thread uses far less, while waiting little).
+When the lower of the two is half a core or more short of the threads, the count drops to it.
+Every
 thread counts, not only the worker's: where the scheduler shares the CPUs between groups of
 processes first (Linux's autogroup, one per session; a service's or container's cgroup), the
 thread left on a core the other group wants may be any of llama.cpp's, while the worker sleeps
@@ -66,6 +70,9 @@ class SchedTimes:
 
     run_ns: int
     wait_ns: int
+
+
+_NEVER_RAN = SchedTimes(0, 0)
 
 
 def read_schedstat(path: str) -> SchedTimes | None:
@@ -169,13 +176,20 @@ class ThreadGovernor:
             return None  # the worker was mostly idle: the waits were not the decode's
         ran = waited = 0
         for tid, times in self._sched.items():
-            earlier = before.get(tid)
-            if earlier is not None:  # threads started or ended within the window are left out
-                ran += times.run_ns - earlier.run_ns
-                waited += times.wait_ns - earlier.wait_ns
+            # A thread started within the window (llama.cpp's own, at the first decode) counts
+            # from its start; one that ended within it is left out.
+            earlier = before.get(tid, _NEVER_RAN)
+            ran += max(0, times.run_ns - earlier.run_ns)  # a thread id used again: no less
+            waited += max(0, times.wait_ns - earlier.wait_ns)
         if ran <= 0:
             return None
-        self.got_cores = self.threads * ran / (ran + waited)
+        # Two readings of the cores the decode had, the lower counting: the threads less the
+        # share of their time spent waiting for a CPU, and the CPU time the process used per
+        # second of steps (where llama.cpp's threads sleep at barriers for a starved one, the
+        # waits are few but so is the running).
+        by_waits = self.threads * ran / (ran + waited)
+        by_runs = ran / (stepped * 1e9)
+        self.got_cores = min(by_waits, by_runs)
         return self._decide(now, idle)
 
     def _begin(self, now: float) -> None:
