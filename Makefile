@@ -174,13 +174,13 @@ bench-cpu-limit: models
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --json $(RESULTS)/cpu_limit.json
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --json $(RESULTS)/cpu_limit_busy.json
 
-# One stream while a busy process comes and goes on the same cores: the engine's own thread
-# count (n_threads=None) against a fixed one (Linux; about 3 minutes).
-bench-busy-cpu: models
-	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --json $(RESULTS)/busy_cpu.json
+# One stream while a busy program comes and goes on the same cores: the engine's own thread
+# count (n_threads=None) against a fixed one and llama-server (Linux; about 10 minutes).
+bench-busy-cpu: models $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --server $(LLAMA_SERVER) --json $(RESULTS)/busy_cpu.json
 
 # Every benchmark, each writing its results to benchmarks/results/, then docs/benchmarks.md.
-# About 75 minutes here (plus the llama-server build the first time).
+# About 85 minutes here (plus the llama-server build the first time).
 RESULTS := benchmarks/results
 bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
@@ -214,7 +214,7 @@ bench-report: models $(LLAMA_SERVER) $(LLAMA_BENCH)
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --skip-without-cgroup --json $(RESULTS)/cpu_limit.json
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --skip-without-cgroup \
 		--json $(RESULTS)/cpu_limit_busy.json
-	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --json $(RESULTS)/busy_cpu.json
+	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --server $(LLAMA_SERVER) --json $(RESULTS)/busy_cpu.json
 	$(BIN)/python benchmarks/report.py
 
 # llama.cpp's own server and llama-bench, from the sources vendored in the installed
