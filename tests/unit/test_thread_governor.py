@@ -171,6 +171,19 @@ def test_many_cores_lose_only_what_the_neighbour_takes() -> None:
     assert machine.tick(governor) is None  # 7 threads on the 7 cores left: no waits
 
 
+def test_idle_hyperthreads_past_the_target_are_no_room_for_a_thread() -> None:
+    """8 cores of 16 hyperthreads: the target is 8, so 8 CPUs sit idle on a quiet machine."""
+    machine = Machine(cpus=16)
+    governor = machine.governor(8)
+    machine.window(ran=8 / 9, waited=1 / 9)
+    assert machine.tick(governor) == 7
+    for _ in range(20):  # the neighbour stays: 7 threads, 1 neighbour, 8 idle hyperthreads
+        machine.window(ran=1.0, idle_cores=8.0)
+        assert machine.tick(governor) is None
+    machine.window(ran=1.0, idle_cores=9.0)  # it left
+    assert machine.tick(governor) == 8
+
+
 def test_a_small_wait_changes_nothing() -> None:
     machine = Machine(cpus=4)
     governor = machine.governor(4)

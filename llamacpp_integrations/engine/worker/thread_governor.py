@@ -18,15 +18,15 @@ had, and so is the CPU time the process used per second of steps (llama.cpp's th
 while they compute or wait at a barrier, so a decode with its cores uses one per thread; one
 whose threads sleep at barriers for a starved thread uses far less, while waiting little).
 When the lower of the two is half a core or more short of the threads, the count drops to it.
-Every
-thread counts, not only the worker's: where the scheduler shares the CPUs between groups of
-processes first (Linux's autogroup, one per session; a service's or container's cgroup), the
-thread left on a core the other group wants may be any of llama.cpp's, while the worker sleeps
-at a barrier waiting for it. A window is read when it ends, after the step that crosses it: a
-step beside a busy group can take seconds, so the first drop can too.
+Every thread counts, not only the worker's: where the scheduler shares the CPUs between groups
+of processes first (Linux's autogroup, one per session; a service's or container's cgroup),
+the thread left on a core the other group wants may be any of llama.cpp's, while the worker
+sleeps at a barrier waiting for it. A window is read when it ends, after the step that crosses
+it: a step beside a busy group can take seconds, so the first drop can too.
 
-Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a core's
-worth of a window or more, one more thread per idle core, rounded. A rise that the next window
+Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a CPU's
+worth of a window or more (beyond those past the target, idle anyway: a core's second
+hyperthread), one more thread per idle CPU, rounded. A rise that the next window
 takes back makes the governor wait twice as long before the next one, so a steady neighbour
 costs one slow window every few minutes at most.
 
@@ -213,15 +213,19 @@ class ThreadGovernor:
         if idle_after is None:
             return None
         ticks = idle_after[1] - idle_before[1]
-        idle_cores = len(self._cpus) * (idle_after[0] - idle_before[0]) / ticks if ticks else 0.0
-        more = int(idle_cores + 0.5)  # a neighbour that left mid-window leaves half a core
+        idle_cpus = len(self._cpus) * (idle_after[0] - idle_before[0]) / ticks if ticks else 0.0
+        # The CPUs past the target sit idle even on a quiet machine (a core's second
+        # hyperthread, a container's CPUs past its limit): only what is idle beyond them is
+        # room for a thread. A neighbour that left mid-window leaves half a CPU.
+        more = int(idle_cpus - (len(self._cpus) - self.target) + 0.5)
         if more < 1:
             return None
         self.threads = min(self.target, self.threads + more)
         self._rose_at = now
         log.info(
-            "CPUs went idle (%.1f cores over the last second): decoding on %s again",
-            idle_cores,
+            "CPUs went idle (%.1f of %d): decoding on %s again",
+            idle_cpus,
+            len(self._cpus),
             _threads(self.threads),
         )
         return self.threads
@@ -237,8 +241,8 @@ class ThreadGovernor:
         self._warned = True
         log.log(
             level,
-            "llama.cpp's %d decode threads had %.1f cores over the last second (other work "
-            "is using this machine's CPUs, and a decode waits for its slowest thread): "
+            "llama.cpp's %d decode threads had about %.1f cores lately (other work is using "
+            "this machine's CPUs, and a decode waits for its slowest thread): "
             "decoding on %s until cores are idle again. Set n_threads to keep a fixed count.",
             before,
             self.got_cores,
