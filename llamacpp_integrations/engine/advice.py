@@ -128,7 +128,10 @@ def _for_cpu(
         )
     ]
     if cpus is not None:
-        advice.append(Recommendation("n_threads", cpus.threads, config.threads, cpus.reason()))
+        why = cpus.reason()
+        if config.n_threads is None:  # the engine's own count (worker/thread_governor.py)
+            why += "; left unset, as now, it drops while other work keeps the cores busy"
+        advice.append(Recommendation("n_threads", cpus.threads, config.threads, why))
     advice.append(
         Recommendation(
             "use_mmap",

@@ -208,6 +208,16 @@ def test_a_cpu_only_machine_gets_a_thread_per_physical_core_and_mmap() -> None:
     assert "type_k" not in settings and "flash_attention" not in settings
 
 
+def test_an_unset_thread_count_is_advised_to_stay_unset() -> None:
+    placement = placed(EngineConfig(), GiB, n_gpu_layers=0, gpu_build=False)
+    cpus = CpuBudget(4, 4)
+    advice = recommend([CPU], EngineConfig(), placement, weights_bytes=WEIGHTS, cpus=cpus)
+    threads = by_setting(advice)["n_threads"]
+    assert threads.value == 4 and "left unset, as now, it drops while other work" in threads.why
+    fixed = recommend([CPU], EngineConfig(n_threads=4), placement, weights_bytes=WEIGHTS, cpus=cpus)
+    assert "left unset" not in by_setting(fixed)["n_threads"].why
+
+
 def test_a_host_short_of_memory_gets_a_q8_0_kv_cache() -> None:
     small = replace(CPU, free_bytes=GiB)
     placement = placed(EngineConfig(), 2 * GiB, n_gpu_layers=0, gpu_build=False)
