@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuBudget", "cpu_list", "read_cpu_budget"]
+__all__ = ["CpuBudget", "cpu_list", "own_cpus", "read_cpu_budget"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,7 @@ def read_cpu_budget(
     """This process's ``CpuBudget``. ``allowed`` (its affinity), ``root`` (where ``sys`` and
     ``proc`` are), ``platform`` and ``sysctl`` (macOS's) are the machine's own by default:
     tests give others."""
-    if allowed is None:
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        allowed = cpus or range(os.cpu_count() or 1)
-    logical = sorted(set(allowed))
+    logical = sorted(set(own_cpus() if allowed is None else allowed))
     if platform.startswith("linux"):
         return CpuBudget(
             allowed=len(logical),
@@ -107,6 +104,13 @@ def read_cpu_budget(
         hybrid = read("hw.nperflevels") or 1
         return CpuBudget(len(logical), cores, performance if hybrid > 1 else None)
     return CpuBudget(len(logical), len(logical))  # Windows and others: no topology read
+
+
+def own_cpus() -> list[int]:
+    """The logical CPUs this process may run on (its affinity; every CPU where the OS does
+    not say)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return cpus or list(range(os.cpu_count() or 1))
 
 
 def cpu_list(text: str) -> set[int]:

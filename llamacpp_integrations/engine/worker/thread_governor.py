@@ -44,6 +44,8 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from ..cpu_budget import own_cpus
+
 __all__ = [
     "SchedTimes",
     "ThreadGovernor",
@@ -141,7 +143,7 @@ class ThreadGovernor:
     ) -> None:
         self.target = self.threads = target
         self.got_cores: float | None = None
-        self._cpus = _own_cpus() if cpus is None else cpus
+        self._cpus = own_cpus() if cpus is None else cpus
         self._read_sched = read_sched
         self._read_idle = read_idle
         self._start: float | None = None
@@ -253,11 +255,3 @@ class ThreadGovernor:
 
 def _threads(count: int) -> str:
     return f"{count} thread" if count == 1 else f"{count} threads"
-
-
-def _own_cpus() -> Collection[int]:
-    """The CPUs this process may run on (all of them where the OS does not say)."""
-    try:
-        return os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        return range(os.cpu_count() or 1)
