@@ -23,7 +23,7 @@ from llamacpp_integrations.engine.worker.thread_governor import (
     WINDOW_S,
     SchedTimes,
     ThreadGovernor,
-    read_idle_share,
+    read_idle_ticks,
     read_schedstat,
     read_threads_schedstat,
 )
@@ -267,14 +267,14 @@ ctxt 99
 """
 
 
-def test_idle_share_sums_the_cpus_asked_for(tmp_path: Path) -> None:
+def test_idle_ticks_sum_the_cpus_asked_for(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     stat.write_text(PROC_STAT, encoding="ascii")
-    idle, total = read_idle_share({1, 2}, str(stat))
+    idle, total = read_idle_ticks({1, 2}, str(stat))
     assert idle == 1184725 + 14629 + 900
     assert total == (4030806 + 110008 + 298961 + 1184725 + 14629 + 0 + 3356 + 13182) + 1000
-    assert read_idle_share({7}, str(stat)) is None
-    assert read_idle_share({0}, str(tmp_path / "missing")) is None
+    assert read_idle_ticks({7}, str(stat)) is None
+    assert read_idle_ticks({0}, str(tmp_path / "missing")) is None
 
 
 def test_schedstat_reads_three_fields(tmp_path: Path) -> None:
@@ -330,5 +330,5 @@ def test_the_real_accounting_sees_a_busy_neighbour() -> None:
         neighbour.kill()
         neighbour.wait()
     assert shared.wait_ns > 0.25 * (shared.run_ns + shared.wait_ns)
-    idle = read_idle_share(os.sched_getaffinity(0))
+    idle = read_idle_ticks(os.sched_getaffinity(0))
     assert idle is not None and 0 <= idle[0] <= idle[1]

@@ -49,7 +49,7 @@ from ..cpu_budget import own_cpus
 __all__ = [
     "SchedTimes",
     "ThreadGovernor",
-    "read_idle_share",
+    "read_idle_ticks",
     "read_schedstat",
     "read_threads_schedstat",
 ]
@@ -102,7 +102,7 @@ def read_threads_schedstat(tasks: str = "/proc/self/task") -> dict[int, SchedTim
     return threads or None
 
 
-def read_idle_share(cpus: Collection[int], path: str = "/proc/stat") -> tuple[int, int] | None:
+def read_idle_ticks(cpus: Collection[int], path: str = "/proc/stat") -> tuple[int, int] | None:
     """Idle and total clock ticks so far, summed over ``cpus`` (``/proc/stat``'s per-CPU
     lines; idle counts iowait too); ``None`` where there is no such file."""
     idle = total = 0
@@ -139,7 +139,7 @@ class ThreadGovernor:
         *,
         cpus: Collection[int] | None = None,
         read_sched: Callable[[], Mapping[int, SchedTimes] | None] = read_threads_schedstat,
-        read_idle: Callable[[Collection[int]], tuple[int, int] | None] = read_idle_share,
+        read_idle: Callable[[Collection[int]], tuple[int, int] | None] = read_idle_ticks,
     ) -> None:
         self.target = self.threads = target
         self.got_cores: float | None = None
