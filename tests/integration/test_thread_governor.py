@@ -32,11 +32,15 @@ os.sched_setaffinity(0, range(os.cpu_count()))
 from llamacpp_integrations.engine import ChatRequest, Engine, EngineConfig, SamplingParams
 from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
 
-warnings = []
+warnings, cuts = [], []
 handler = logging.Handler()
-handler.emit = lambda record: warnings.append(record.getMessage())
-handler.setLevel(logging.WARNING)
-logging.getLogger("llamacpp_integrations.engine").addHandler(handler)
+handler.emit = lambda record: (
+    warnings if record.levelno >= logging.WARNING else cuts
+).append(record.getMessage())
+engine_log = logging.getLogger("llamacpp_integrations.engine")
+engine_log.addHandler(handler)
+engine_log.setLevel(logging.INFO)
+own_session = sys.argv[2] == "own"
 
 
 def ask(text, n):
@@ -58,7 +62,10 @@ engine.close()
 engine = Engine(EngineConfig(model=sys.argv[1], realign_when_idle=False))
 cpus = sorted(os.sched_getaffinity(0))
 spin = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
-neighbours = [subprocess.Popen([sys.executable, "-c", spin, str(cpu)]) for cpu in cpus]
+neighbours = [
+    subprocess.Popen([sys.executable, "-c", spin, str(cpu)], start_new_session=own_session)
+    for cpu in cpus
+]
 try:
     deadline = time.monotonic() + 60
     ask("Hi", 4)
@@ -72,13 +79,22 @@ finally:
         process.kill()
     engine.close()
 out["warnings"] = warnings
+out["cuts"] = [message for message in cuts if message.startswith("stopped a decode")]
 print(json.dumps(out))
 """
 
 
-def test_busy_cores_take_threads_away_and_leave_the_answers_alone(smollm_path: Path) -> None:
+@pytest.mark.parametrize("neighbours", ["same", "own"])
+def test_busy_cores_take_threads_away_and_leave_the_answers_alone(
+    smollm_path: Path, neighbours: str
+) -> None:
+    """``same``: the busy processes share the engine's session, so its scheduling group: the
+    decode slows, and the governor drops a thread when a window ends. ``own``: each in a
+    session of its own, as a program started from another terminal, a service, a container;
+    where Linux shares the CPUs between sessions first (autogroup), the decode all but stops,
+    and the stall watch stops the decode under way to run it again on fewer threads."""
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(smollm_path)],
+        [sys.executable, "-c", CHILD, str(smollm_path), neighbours],
         capture_output=True,
         text=True,
         timeout=300,
@@ -93,3 +109,12 @@ def test_busy_cores_take_threads_away_and_leave_the_answers_alone(smollm_path: P
     assert out["threads_after"] < cores  # the answer ran on fewer threads
     assert out["busy"] == out["every_thread"]
     assert len(out["warnings"]) == 1 and "decode threads had" in out["warnings"][0]
+    if neighbours == "own" and _autogroup():
+        assert out["cuts"], "the first decode beside the busy sessions was left to crawl"
+
+
+def _autogroup() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False

@@ -256,6 +256,33 @@ def test_it_stays_off_with_one_thread_or_without_the_accounting() -> None:
     assert missing.tick(0.0, 0.0) is None and missing.tick(9.0, 9.0) is None
 
 
+def test_a_decode_cut_short_drops_from_its_reading_and_starts_a_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.2, stepped=0.2)  # the decode under way when the watch read it
+    with caplog.at_level(logging.INFO, logger="llamacpp_integrations.engine"):
+        assert governor.cut(machine.now, 0.9) == 1
+    assert governor.threads == 1 and governor.got_cores == 0.9
+    (drop,) = caplog.records
+    assert drop.levelno == logging.WARNING and "about 0.9 cores" in drop.getMessage()
+    # The window starts at the cut: what the step ran before it is not read again.
+    machine.window(ran=1.0)
+    assert machine.tick(governor) is None
+    assert governor.got_cores == pytest.approx(1.0)
+
+
+def test_a_cut_with_cores_enough_or_at_one_thread_drops_nothing() -> None:
+    machine = Machine()
+    governor = machine.governor(2)
+    assert governor.cut(machine.now, 1.6) is None
+    assert governor.threads == 2
+    assert governor.cut(machine.now, 0.5) == 1
+    assert governor.cut(machine.now, 0.1) is None  # one thread is the floor
+    assert ThreadGovernor(1, cpus=range(1), read_sched=dict).cut(0.0, 0.0) is None
+
+
 # ---- the readers, on the kernel's own files ------------------------------------------------
 
 PROC_STAT = """cpu  7837310 238198 541144 2645108 18902 0 4529 25656 0 0

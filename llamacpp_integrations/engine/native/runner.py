@@ -19,6 +19,7 @@ from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry
 from ..config import EngineConfig
 from ..lora import LoraKey, lora_key
+from .interrupt import ABORTED, DecodeInterrupt
 from .tuning import cpu_advertises_amx, tune_context
 from .weights import LoadedModel
 
@@ -135,6 +136,8 @@ class NativeContext:
 class DecodeStatus:
     OK = 0
     NO_KV_SLOT = 1
+    INTERRUPTED = ABORTED
+    """Stopped by ``GenerationContext.interrupt``: the cache is as before, decode it again."""
 
 
 class GenerationContext(NativeContext):
@@ -157,6 +160,7 @@ class GenerationContext(NativeContext):
         flash_attention: bool | None,
         kv_unified: bool,
         tuning: EngineConfig | None = None,
+        interruptible: bool = False,
     ) -> None:
         self.kv_unified = kv_unified
         self._flash_attention = flash_attention
@@ -172,6 +176,21 @@ class GenerationContext(NativeContext):
         # tens of microseconds right after a decode (its caches are cold), a lookup does not.
         self._tables: dict[tuple[int, int], npt.NDArray[np.float32]] = {}
         self._outputs: list[int] = []  # the last decode's batch indices that have logits
+        self._interrupt: DecodeInterrupt | None = None
+        if interruptible:
+            self._interrupt = DecodeInterrupt()
+            self._interrupt.attach(self._ctx)
+
+    def interrupt(self) -> None:
+        """Stop the decode under way, or the next one: it returns ``DecodeStatus.INTERRUPTED``.
+        Safe from any thread; nothing happens on a context made without ``interruptible``."""
+        if self._interrupt is not None:
+            self._interrupt.request()
+
+    def clear_interrupt(self) -> None:
+        """Take down a request of ``interrupt`` that came after the decode it was meant for."""
+        if self._interrupt is not None:
+            self._interrupt.clear()
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -182,8 +201,8 @@ class GenerationContext(NativeContext):
     def decode(self, entries: Sequence[BatchEntry]) -> int:
         """Run one ``llama_decode`` over every entry; sets each ``logits_index``.
 
-        Returns ``DecodeStatus.OK`` or ``DecodeStatus.NO_KV_SLOT`` (the cache is then unchanged);
-        any other code raises ``EngineError``.
+        Returns ``DecodeStatus.OK``, or ``NO_KV_SLOT`` or ``INTERRUPTED`` (the cache is then as
+        it was); any other code raises ``EngineError``.
         """
         total = sum(len(entry.tokens) for entry in entries)
         if total > self.n_batch:  # checked first: the batch's arrays hold n_batch tokens
@@ -214,6 +233,9 @@ class GenerationContext(NativeContext):
         self._batch.n_tokens = n
         code = self._run(self._batch)
         if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
+            return code
+        if code == DecodeStatus.INTERRUPTED and self._interrupt is not None:
+            self._interrupt.clear()
             return code
         raise EngineError(f"llama_decode failed with code {code}")
 

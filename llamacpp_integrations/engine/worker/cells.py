@@ -59,8 +59,10 @@ class SequenceCells:
         kv: ContextChoice,
         layout: PrefillLayout,
         index: PrefixIndex[Hashable],
+        interruptible: bool = False,
     ) -> None:
         self._model = model
+        self._interruptible = interruptible
         self._config = config
         self._kv = kv
         self._layout = layout
@@ -145,6 +147,13 @@ class SequenceCells:
         """Whether the generation context exists yet."""
         return self._context is not None
 
+    def interrupt(self) -> None:
+        """Stop the decode under way on the generation context (any thread; made with
+        ``interruptible``); nothing where there is no context."""
+        context = self._context
+        if context is not None:
+            context.interrupt()
+
     @property
     def context(self) -> GenerationContext:
         """The generation context, made on first use.
@@ -164,6 +173,7 @@ class SequenceCells:
                     flash_attention=config.flash_attention_for(self._model.n_gpu_layers),
                     kv_unified=self._kv.unified,
                     tuning=config,
+                    interruptible=self._interruptible,
                 )
             except LlamaCppIntegrationError as error:
                 raise EngineError(

@@ -50,6 +50,7 @@ from .room import cells_needed, cells_to, drop_ended
 from .sampling import Sampling, readers_gone
 from .scheduler import Scheduler
 from .sequences import ImageStep, SeqState, StepPlan
+from .stall_watch import StallWatch
 from .stats import StatsBoard, snapshot
 from .thread_governor import ThreadGovernor
 
@@ -79,16 +80,24 @@ class EngineCore:
         self.inbox = inbox
         self.board = StatsBoard()
         self.scheduler = Scheduler.of(config, model.turn_ends(), model.line_breaks())
-        self.cells = SequenceCells(
-            model, config, kv=kv, layout=self.scheduler.layout, index=self.scheduler.index
-        )
-        self.active: dict[str, ActiveRequest] = {}
         self.threads = config.threads  # read once: it reads the machine's files
         # Only a count left to the engine follows the machine's load, and only on the CPU;
-        # deterministic mode keeps every run's settings the same.
+        # deterministic mode keeps every run's settings the same. The stall watch stops a
+        # decode that lost its cores, for the governor to drop the count at once.
         self.governor: ThreadGovernor | None = None
+        self.watch: StallWatch | None = None  # started last: nothing below may leave it running
         if config.n_threads is None and not config.deterministic and model.n_gpu_layers == 0:
             self.governor = ThreadGovernor(self.threads)
+        watched = self.governor is not None and self.governor.enabled
+        self.cells = SequenceCells(
+            model,
+            config,
+            kv=kv,
+            layout=self.scheduler.layout,
+            index=self.scheduler.index,
+            interruptible=watched,
+        )
+        self.active: dict[str, ActiveRequest] = {}
         embedder = partial(
             EmbeddingContext,
             model,
@@ -121,6 +130,8 @@ class EngineCore:
             forget=self._forget_drafts,
             publish=self.publish,
         )
+        if watched:
+            self.watch = StallWatch(self._interrupt_decode)
 
     @property
     def busy(self) -> bool:
@@ -186,8 +197,10 @@ class EngineCore:
         if governor is None:
             return
         changed = governor.tick(time.monotonic(), stepped)
-        if changed is None and governor.threads == governor.target:
-            return
+        if changed is not None or governor.threads != governor.target:
+            self._apply_threads(governor.threads)
+
+    def _apply_threads(self, threads: int) -> None:
         embedder = self.embeds.embedder
         draft = None if self.speculation is None else self.speculation.draft_model
         contexts = (
@@ -197,7 +210,38 @@ class EngineCore:
         )
         for context in contexts:
             if context is not None:
-                context.set_threads(governor.threads)
+                context.set_threads(threads)
+
+    def _interrupt_decode(self) -> None:
+        """The stall watch's call, on its thread: stop the decode under way."""
+        self.cells.interrupt()
+
+    def _decode(self, entries: list[BatchEntry]) -> int:
+        """``context.decode``, under the stall watch where there is one: a decode it stopped
+        for lost cores is decoded again on the fewer threads the governor drops to (llama.cpp
+        left the cache as before it)."""
+        watch, governor, context = self.watch, self.governor, self.context
+        if watch is None or governor is None:
+            return context.decode(entries)
+        while True:
+            watch.decoding(context.n_threads)
+            try:
+                status = context.decode(entries)
+            finally:
+                if watch.decoded():
+                    context.clear_interrupt()  # a request that came as the decode ended
+            if status != DecodeStatus.INTERRUPTED:
+                return status
+            got, threads = watch.got_cores, context.n_threads
+            if got is None or governor.cut(time.monotonic(), got) is None:
+                return context.decode(entries)  # no fewer threads to go to: unwatched
+            self._apply_threads(governor.threads)
+            log.info(
+                "stopped a decode on %d threads that had about %.1f cores; decoding it again on %d",
+                threads,
+                got,
+                governor.threads,
+            )
 
     def hand_over(self) -> None:
         """Hand the events gathered since the last hand-over to their callers (``Outbox``).
@@ -323,7 +367,7 @@ class EngineCore:
         def decode() -> int:
             if group:  # the scheduler groups rows by the adapters they are decoded with
                 self.context.use_lora(plan.entries[group[0]][0].lora)
-            return self.context.decode([plan.entries[index][1] for index in group])
+            return self._decode([plan.entries[index][1] for index in group])
 
         self.hand_over()
         try:
@@ -464,5 +508,7 @@ class EngineCore:
             self.sampling.outbox.close()
         self.embeds.close(lambda: EngineClosedError(reason))
         self.cells.close()
+        if self.watch is not None:
+            self.watch.close()
         if self.speculation is not None:
             self.speculation.close()

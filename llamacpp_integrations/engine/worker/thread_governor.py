@@ -22,7 +22,9 @@ Every thread counts, not only the worker's: where the scheduler shares the CPUs 
 of processes first (Linux's autogroup, one per session; a service's or container's cgroup),
 the thread left on a core the other group wants may be any of llama.cpp's, while the worker
 sleeps at a barrier waiting for it. A window is read when it ends, after the step that crosses
-it: a step beside a busy group can take seconds, so the first drop can too.
+it; a step beside a busy group can take seconds, so the stall watch (``stall_watch.py``) reads
+the step under way too, stops it when its threads lost their cores, and hands its reading to
+``cut`` for the worker to decode the step again on fewer.
 
 Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a CPU's
 worth of a window or more (beyond those past the target, idle anyway: a core's second
@@ -49,9 +51,11 @@ from ..cpu_budget import own_cpus
 __all__ = [
     "SchedTimes",
     "ThreadGovernor",
+    "cores_had",
     "read_idle_ticks",
     "read_schedstat",
     "read_threads_schedstat",
+    "short_of_cores",
 ]
 
 log = logging.getLogger("llamacpp_integrations.engine")
@@ -61,6 +65,8 @@ WINDOW_S = 1.0
 HOLD_S = 5.0
 """After a drop, how long before the count may rise again; doubled by a rise taken back."""
 MAX_HOLD_S = 160.0
+SHORT_BY = 0.5
+"""A decode that had this much of a core fewer than its threads, or more, drops threads."""
 BUSY_SHARE = 0.5
 """A window in which the worker stepped for less of the time than this decides nothing: the
 waits of an idle engine's process are not the decode's."""
@@ -122,6 +128,36 @@ def read_idle_ticks(cpus: Collection[int], path: str = "/proc/stat") -> tuple[in
     return (idle, total) if total else None
 
 
+def cores_had(
+    before: Mapping[int, SchedTimes],
+    after: Mapping[int, SchedTimes],
+    *,
+    threads: int,
+    seconds: float,
+) -> float | None:
+    """About the cores a decode on ``threads`` had over ``seconds`` of decoding, from this
+    process's threads' accounting before and after; ``None`` where nothing ran.
+
+    Two readings, the lower counting: the threads less the share of their time spent waiting
+    for a CPU, and the CPU time the process used per second (where llama.cpp's threads sleep at
+    barriers for a starved one, the waits are few but so is the running)."""
+    ran = waited = 0
+    for tid, times in after.items():
+        # A thread started in between (llama.cpp's own, at the first decode) counts from its
+        # start; one that ended in between is left out.
+        earlier = before.get(tid, _NEVER_RAN)
+        ran += max(0, times.run_ns - earlier.run_ns)  # a thread id used again: no less
+        waited += max(0, times.wait_ns - earlier.wait_ns)
+    if ran <= 0 or seconds <= 0:
+        return None
+    return min(threads * ran / (ran + waited), ran / (seconds * 1e9))
+
+
+def short_of_cores(got_cores: float, threads: int) -> bool:
+    """Whether a decode on ``threads`` that had ``got_cores`` should run on fewer."""
+    return threads > 1 and got_cores <= threads - SHORT_BY
+
+
 class ThreadGovernor:
     """Decides the decode's thread count, between 1 and ``target`` (``n_threads`` resolved),
     from what this process's threads waited for CPUs while the worker stepped; ``tick`` is
@@ -176,23 +212,21 @@ class ThreadGovernor:
             return None
         if stepped < BUSY_SHARE * elapsed:
             return None  # the worker was mostly idle: the waits were not the decode's
-        ran = waited = 0
-        for tid, times in self._sched.items():
-            # A thread started within the window (llama.cpp's own, at the first decode) counts
-            # from its start; one that ended within it is left out.
-            earlier = before.get(tid, _NEVER_RAN)
-            ran += max(0, times.run_ns - earlier.run_ns)  # a thread id used again: no less
-            waited += max(0, times.wait_ns - earlier.wait_ns)
-        if ran <= 0:
+        got = cores_had(before, self._sched, threads=self.threads, seconds=stepped)
+        if got is None:
             return None
-        # Two readings of the cores the decode had, the lower counting: the threads less the
-        # share of their time spent waiting for a CPU, and the CPU time the process used per
-        # second of steps (where llama.cpp's threads sleep at barriers for a starved one, the
-        # waits are few but so is the running).
-        by_waits = self.threads * ran / (ran + waited)
-        by_runs = ran / (stepped * 1e9)
-        self.got_cores = min(by_waits, by_runs)
+        self.got_cores = got
         return self._decide(now, idle)
+
+    def cut(self, now: float, got_cores: float) -> int | None:
+        """A decode cut short for having had ``got_cores`` (``StallWatch``'s reading, taken
+        while it ran): the lower count to decode it again on, or ``None`` where that reading
+        drops nothing. The next window starts here."""
+        if not self.enabled or not short_of_cores(got_cores, self.threads):
+            return None
+        self.got_cores = got_cores
+        self._begin(now)
+        return self._drop(now)
 
     def _begin(self, now: float) -> None:
         self._start = now
@@ -204,8 +238,8 @@ class ThreadGovernor:
     def _decide(self, now: float, idle_before: tuple[int, int] | None) -> int | None:
         got = self.got_cores
         assert got is not None
-        if self.threads > 1 and got <= self.threads - 0.5:
-            return self._drop(now, max(1, min(self.threads - 1, int(got + 0.5))))
+        if short_of_cores(got, self.threads):
+            return self._drop(now)
         if self._rose_at is not None:  # a whole window after a rise without a drop: it held
             self._rose_at = None
             self._hold = HOLD_S
@@ -232,7 +266,10 @@ class ThreadGovernor:
         )
         return self.threads
 
-    def _drop(self, now: float, threads: int) -> int:
+    def _drop(self, now: float) -> int:
+        got = self.got_cores
+        assert got is not None
+        threads = max(1, min(self.threads - 1, int(got + 0.5)))
         if self._rose_at is not None:  # the last rise did not hold: wait longer next time
             self._hold = min(MAX_HOLD_S, self._hold * 2)
             self._rose_at = None
@@ -247,7 +284,7 @@ class ThreadGovernor:
             "this machine's CPUs, and a decode waits for its slowest thread): "
             "decoding on %s until cores are idle again. Set n_threads to keep a fixed count.",
             before,
-            self.got_cores,
+            got,
             _threads(threads),
         )
         return threads
