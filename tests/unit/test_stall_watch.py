@@ -37,7 +37,10 @@ class Decode:
         self.stops += 1
 
     def watch(self) -> StallWatch:
-        return StallWatch(self.stop, read_sched=self.read, start=False)
+        return StallWatch(self.stop, read_sched=self.read, clock=self.clock, start=False)
+
+    def clock(self) -> float:
+        return self.now
 
     def look(self, watch: StallWatch) -> bool:
         """One look ``WATCH_S`` after the last."""
@@ -56,7 +59,7 @@ def test_a_decode_beside_a_busy_group_is_stopped_on_the_second_look() -> None:
     watch = decode.watch()
     watch.decoding(2)
     assert decode.look(watch)  # the first look only reads where the decode stands
-    assert decode.stops == 0
+    assert decode.stops == 0 and decode.reads == 1
     assert decode.look(watch)
     assert decode.stops == 1
     assert watch.got_cores == pytest.approx(1.0)
@@ -74,18 +77,21 @@ def test_a_decode_with_its_cores_runs_on() -> None:
     assert not watch.decoded()
 
 
-def test_each_decode_is_read_from_its_own_first_look() -> None:
-    """Short steps one after another: each look finds another decode, so none is judged on
-    what an earlier one had."""
+def test_short_decodes_are_not_read_and_none_is_judged_on_an_earlier_one() -> None:
     decode = Decode(ran=0.4)
     watch = decode.watch()
-    for _ in range(5):
+    for _ in range(5):  # steps of milliseconds: each look finds a new one, too young to read
+        decode.now += WATCH_S
+        watch.decoding(2)
+        decode.now += 0.01
+        assert watch.look(decode.now)
+        watch.decoded()
+    assert decode.reads == 0
+    for _ in range(5):  # older ones: each read from its own first reading
         watch.decoding(2)
         assert decode.look(watch)
         watch.decoded()
-        watch.decoding(2)
-        watch.decoded()
-    assert decode.stops == 0
+    assert decode.reads == 5 and decode.stops == 0
 
 
 def test_nothing_is_read_between_decodes_or_on_one_thread() -> None:

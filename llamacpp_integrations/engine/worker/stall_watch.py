@@ -6,13 +6,14 @@ session, a service's cgroup), that step is the one that collapses: the group get
 than llama.cpp has threads, the threads that have one spin at each barrier for one that has
 none, and a step of milliseconds took from one to eleven seconds (``benchmarks/busy_cpu.py``).
 
-So a thread of its own looks at the decode under way every ``WATCH_S``: from the second look at
-the same decode on, it reads the cores the decode had since the last look, as the governor
-does (``cores_had``), and where that is short of the decode's threads, it asks llama.cpp to
-stop the decode (``GenerationContext.interrupt``). The worker then lets the governor drop the
-count from that reading (``ThreadGovernor.cut``) and decodes the same batch again: llama.cpp
-left the cache as it was before the batch. A decode that ends within ``WATCH_S`` is never
-read; the thread sleeps while the worker decodes nothing.
+So a thread of its own looks at the decode under way every ``WATCH_S``. A decode younger than
+half of that is left alone: almost every decode ends within milliseconds, so a busy engine's
+watch reads nothing. Of an older one, the watch reads this process's threads' accounting, and
+at its next look at the same decode, the cores the decode had in between, as the governor
+does (``cores_had``). Where that is short of the decode's threads, it asks llama.cpp to stop
+the decode (``GenerationContext.interrupt``). The worker then lets the governor drop the count
+from that reading (``ThreadGovernor.cut``) and decodes the same batch again: llama.cpp left
+the cache as it was before the batch. The thread sleeps while the worker decodes nothing.
 
 A request lands only while the worker says a decode is under way (``decoding`` to ``decoded``,
 under one lock), so no other use of the context (an image's embeddings, a saved prompt) is
@@ -31,11 +32,11 @@ from .thread_governor import SchedTimes, cores_had, read_threads_schedstat, shor
 __all__ = ["WATCH_S", "StallWatch"]
 
 WATCH_S = 0.25
-"""How often the watch looks: a decode stopped for lost cores has run for one to two of these.
+"""How often the watch looks: a decode stopped for lost cores has run for two or three of these.
 A decode step is milliseconds; one that reads a long prompt on a slow machine can be seconds,
 and the reading only stops it when its threads did lose their cores."""
 
-_Decode = tuple[int, int]  # the decode under way: its serial number and its thread count
+_Decode = tuple[int, int, float]  # the decode under way: serial number, threads, start
 
 
 class StallWatch:
@@ -54,9 +55,11 @@ class StallWatch:
         interrupt: Callable[[], None],
         *,
         read_sched: Callable[[], Mapping[int, SchedTimes] | None] = read_threads_schedstat,
+        clock: Callable[[], float] = time.monotonic,
         start: bool = True,
     ) -> None:
         self.got_cores: float | None = None
+        self._clock = clock
         self._interrupt = interrupt
         self._read_sched = read_sched
         self._lock = threading.Lock()
@@ -79,7 +82,7 @@ class StallWatch:
     def decoding(self, threads: int) -> None:
         """A decode on ``threads`` begins."""
         self._serial += 1
-        self._decode = (self._serial, threads)
+        self._decode = (self._serial, threads, self._clock())
         if not self._wake.is_set():
             self._wake.set()
 
@@ -107,7 +110,7 @@ class StallWatch:
             time.sleep(WATCH_S)
             if self._closed:
                 return
-            if not self.look(time.monotonic()):
+            if not self.look(self._clock()):
                 # Nothing decoded since the last look: sleep until the worker decodes again
                 # (checked once more after clearing, for a decode that began in between).
                 self._wake.clear()
@@ -120,8 +123,8 @@ class StallWatch:
         if decode is None:
             self._seen = None
             return False
-        serial, threads = decode
-        if threads <= 1:
+        serial, threads, started = decode
+        if threads <= 1 or now - started < WATCH_S / 2:
             return True
         after = self._read_sched()
         if after is None:
@@ -129,7 +132,7 @@ class StallWatch:
         seen = self._seen
         self._seen = (serial, now, after)
         if seen is None or seen[0] != serial:
-            return True  # the first look at this decode: what it had is read from the next
+            return True  # the first reading of this decode: what it had is read from the next
         got = cores_had(seen[2], after, threads=threads, seconds=now - seen[1])
         if got is None or not short_of_cores(got, threads):
             return True
