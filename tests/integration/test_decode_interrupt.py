@@ -1,5 +1,5 @@
 """A decode stopped while it runs leaves the cache as it was, and decodes again to the same
-logits (``engine/native/interrupt.py``; the engine's stall watch relies on both)."""
+logits or vectors (``engine/native/interrupt.py``; the engine's stall watch relies on both)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 
 from llamacpp_integrations.engine.batch import BatchEntry
+from llamacpp_integrations.engine.native.embedder import EmbeddingContext
+from llamacpp_integrations.engine.native.interrupt import DecodeInterrupted
 from llamacpp_integrations.engine.native.runner import DecodeStatus, GenerationContext
 from llamacpp_integrations.engine.native.weights import LoadedModel
 
@@ -59,7 +62,8 @@ def test_a_stopped_decode_leaves_the_cache_and_decodes_again_alike(model: Loaded
         # the first node, so the request lands mid-graph or, at worst, before it).
         timer = threading.Timer(0.05, context.interrupt)
         timer.start()
-        assert _decode(context, PROMPT, 0) == DecodeStatus.INTERRUPTED
+        with pytest.raises(DecodeInterrupted):
+            _decode(context, PROMPT, 0)
         timer.join()
         assert context.pos_range(0)[1] == -1  # nothing of the batch stayed in the cache
         assert _decode(context, PROMPT, 0) == DecodeStatus.OK
@@ -67,7 +71,8 @@ def test_a_stopped_decode_leaves_the_cache_and_decodes_again_alike(model: Loaded
 
         # One token's step, stopped before it starts: the sequence keeps its prompt only.
         context.interrupt()
-        assert _decode(context, [nxt], len(PROMPT)) == DecodeStatus.INTERRUPTED
+        with pytest.raises(DecodeInterrupted):
+            _decode(context, [nxt], len(PROMPT))
         assert context.pos_range(0) == (0, len(PROMPT) - 1)
         assert _decode(context, [nxt], len(PROMPT)) == DecodeStatus.OK
         assert np.array_equal(context.logits_view(0), expected_next)
@@ -87,4 +92,32 @@ def test_a_context_made_without_it_ignores_the_request(model: LoadedModel) -> No
         context.interrupt()
         assert _decode(context, PROMPT[:8], 0) == DecodeStatus.OK
     finally:
+        context.close()
+
+
+def test_a_stopped_embedding_decode_embeds_again_alike(model: LoadedModel) -> None:
+    texts = [PROMPT[:300], PROMPT[100:200], PROMPT[7:9]]
+
+    def embedder(interruptible: bool) -> EmbeddingContext:
+        return EmbeddingContext(
+            model,
+            pooling=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+            n_ctx=512,
+            n_seq_max=4,
+            n_threads=2,
+            interruptible=interruptible,
+        )
+
+    plain, context = embedder(False), embedder(True)
+    try:
+        expected = plain.embed(texts)
+        timer = threading.Timer(0.02, context.interrupt)
+        timer.start()
+        with pytest.raises(DecodeInterrupted):
+            context.embed(texts)
+        timer.join()
+        for got, want in zip(context.embed(texts), expected, strict=True):
+            assert np.array_equal(got, want)
+    finally:
+        plain.close()
         context.close()

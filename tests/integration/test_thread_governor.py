@@ -40,7 +40,8 @@ handler.emit = lambda record: (
 engine_log = logging.getLogger("llamacpp_integrations.engine")
 engine_log.addHandler(handler)
 engine_log.setLevel(logging.INFO)
-own_session = sys.argv[2] == "own"
+mode = sys.argv[2]  # same, own: a chat beside busy processes; embed: embeddings
+own_session = mode != "same"
 
 
 def ask(text, n):
@@ -53,11 +54,17 @@ def ask(text, n):
     return list(engine.generate(request).token_ids)
 
 
+def embed():
+    texts = [f"Lighthouse number {i} stands on a rock by the sea. " * 8 for i in range(4)]
+    return [[round(x, 6) for x in vector] for vector in engine.embed(texts)]
+
+
+work = embed if mode == "embed" else lambda: ask(question, 48)
 question = "Name three colours and say why the sky is blue."
 target = read_cpu_budget().threads
 # The answer on every thread, from an engine whose count never moves.
 engine = Engine(EngineConfig(model=sys.argv[1], n_threads=target, realign_when_idle=False))
-out = {"target": target, "every_thread": ask(question, 48)}
+out = {"target": target, "every_thread": work()}
 engine.close()
 engine = Engine(EngineConfig(model=sys.argv[1], realign_when_idle=False))
 cpus = sorted(os.sched_getaffinity(0))
@@ -68,11 +75,11 @@ neighbours = [
 ]
 try:
     deadline = time.monotonic() + 60
-    ask("Hi", 4)
+    work() if mode == "embed" else ask("Hi", 4)
     while engine.stats().decode_threads == target and time.monotonic() < deadline:
-        ask("Tell me a long story about a lighthouse.", 64)
+        work() if mode == "embed" else ask("Tell me a long story about a lighthouse.", 64)
     out["threads_busy"] = engine.stats().decode_threads
-    out["busy"] = ask(question, 48)
+    out["busy"] = work()
     out["threads_after"] = engine.stats().decode_threads
 finally:
     for process in neighbours:
@@ -84,7 +91,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("neighbours", ["same", "own"])
+@pytest.mark.parametrize("neighbours", ["same", "own", "embed"])
 def test_busy_cores_take_threads_away_and_leave_the_answers_alone(
     smollm_path: Path, neighbours: str
 ) -> None:
@@ -92,7 +99,9 @@ def test_busy_cores_take_threads_away_and_leave_the_answers_alone(
     decode slows, and the governor drops a thread when a window ends. ``own``: each in a
     session of its own, as a program started from another terminal, a service, a container;
     where Linux shares the CPUs between sessions first (autogroup), the decode all but stops,
-    and the stall watch stops the decode under way to run it again on fewer threads."""
+    and the stall watch stops the decode under way to run it again on fewer threads.
+    ``embed``: the same for an engine whose first work is embedding texts (the vectors rounded
+    to 6 places, as floats through JSON)."""
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(smollm_path), neighbours],
         capture_output=True,
@@ -109,7 +118,7 @@ def test_busy_cores_take_threads_away_and_leave_the_answers_alone(
     assert out["threads_after"] < cores  # the answer ran on fewer threads
     assert out["busy"] == out["every_thread"]
     assert len(out["warnings"]) == 1 and "decode threads had" in out["warnings"][0]
-    if neighbours == "own" and _autogroup():
+    if neighbours != "same" and _autogroup():
         assert out["cuts"], "the first decode beside the busy sessions was left to crawl"
 
 

@@ -37,7 +37,7 @@ class Decode:
         self.stops += 1
 
     def watch(self) -> StallWatch:
-        return StallWatch(self.stop, read_sched=self.read, clock=self.clock, start=False)
+        return StallWatch(read_sched=self.read, clock=self.clock, start=False)
 
     def clock(self) -> float:
         return self.now
@@ -57,7 +57,7 @@ def test_a_decode_beside_a_busy_group_is_stopped_on_the_second_look() -> None:
     """As measured beside a busy program in another session: the two threads share one core."""
     decode = Decode(ran=0.5, waited=0.5)
     watch = decode.watch()
-    watch.decoding(2)
+    watch.decoding(2, decode.stop)
     assert decode.look(watch)  # the first look only reads where the decode stands
     assert decode.stops == 0 and decode.reads == 1
     assert decode.look(watch)
@@ -70,7 +70,7 @@ def test_a_decode_beside_a_busy_group_is_stopped_on_the_second_look() -> None:
 def test_a_decode_with_its_cores_runs_on() -> None:
     decode = Decode(ran=1.0, waited=0.05)
     watch = decode.watch()
-    watch.decoding(2)
+    watch.decoding(2, decode.stop)
     for _ in range(20):  # a long prompt's read: five seconds
         assert decode.look(watch)
     assert decode.stops == 0 and watch.got_cores is None
@@ -82,13 +82,13 @@ def test_short_decodes_are_not_read_and_none_is_judged_on_an_earlier_one() -> No
     watch = decode.watch()
     for _ in range(5):  # steps of milliseconds: each look finds a new one, too young to read
         decode.now += WATCH_S
-        watch.decoding(2)
+        watch.decoding(2, decode.stop)
         decode.now += 0.01
         assert watch.look(decode.now)
         watch.decoded()
     assert decode.reads == 0
     for _ in range(5):  # older ones: each read from its own first reading
-        watch.decoding(2)
+        watch.decoding(2, decode.stop)
         assert decode.look(watch)
         watch.decoded()
     assert decode.reads == 5 and decode.stops == 0
@@ -98,7 +98,7 @@ def test_nothing_is_read_between_decodes_or_on_one_thread() -> None:
     decode = Decode(ran=0.1)
     watch = decode.watch()
     assert not decode.look(watch)  # no decode: the thread goes to sleep
-    watch.decoding(1)
+    watch.decoding(1, decode.stop)
     for _ in range(3):
         assert decode.look(watch)
     assert decode.reads == 0 and decode.stops == 0
@@ -109,7 +109,7 @@ def test_a_decode_that_ends_while_it_is_read_is_not_stopped() -> None:
     decoding something else (an image) a moment later."""
     decode = Decode(ran=0.3)
     watch = decode.watch()
-    watch.decoding(2)
+    watch.decoding(2, decode.stop)
     decode.look(watch)
     decode.during_read.append(watch.decoded)
     decode.look(watch)
@@ -120,11 +120,11 @@ def test_its_thread_sleeps_until_a_decode_and_stops_it() -> None:
     decode = Decode(ran=0.0)
     decode.during_read.append(lambda: decode.sched.update({1: SchedTimes(decode.reads, 0)}))
     stopped = threading.Event()  # each look finds a nanosecond more run: no cores to speak of
-    watch = StallWatch(stopped.set, read_sched=decode.read)
+    watch = StallWatch(read_sched=decode.read)
     try:
         time.sleep(3 * WATCH_S)
         assert decode.reads == 0  # asleep: no decode yet
-        watch.decoding(2)
+        watch.decoding(2, stopped.set)
         assert stopped.wait(timeout=30)  # a bound against a hang, not a measurement
         assert watch.decoded()
     finally:

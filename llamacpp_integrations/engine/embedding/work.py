@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -17,6 +18,8 @@ import numpy.typing as npt
 from ...errors import LlamaCppIntegrationError
 from .job import EmbedJob
 from .queue import EmbeddingQueue
+
+Vectors = list[npt.NDArray[np.float32]]
 
 __all__ = [
     "EMBED_TOKENS_ON_CPU",
@@ -59,19 +62,33 @@ class Embedder(Protocol):
     @property
     def n_seq_max(self) -> int: ...
 
-    def embed(self, token_lists: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]: ...
+    def embed(self, token_lists: Sequence[Sequence[int]]) -> Vectors: ...
 
     def close(self) -> None: ...
 
 
+def _embed(embedder: Embedder, token_lists: list[Sequence[int]]) -> Vectors:
+    return embedder.embed(token_lists)
+
+
 class EmbeddingWork:
-    """The embedding jobs of one engine and the decodes that serve them, on the worker thread."""
+    """The embedding jobs of one engine and the decodes that serve them, on the worker thread.
+
+    ``run`` runs one decode of ``token_lists`` on the embedder (the engine core's watches it
+    for lost cores: ``worker/stall_watch.py``)."""
 
     def __init__(
-        self, make_embedder: Callable[[], Embedder], *, n_ctx: int, n_batch: int, on_cpu: bool
+        self,
+        make_embedder: Callable[[], Embedder],
+        *,
+        n_ctx: int,
+        n_batch: int,
+        on_cpu: bool,
+        run: Callable[[Embedder, list[Sequence[int]]], Vectors] = _embed,
     ) -> None:
         self.queue = EmbeddingQueue()
         self._make_embedder = make_embedder
+        self._run = run
         self._embedder: Embedder | None = None
         self._n_ctx = n_ctx
         self._n_batch = n_batch
@@ -103,7 +120,7 @@ class EmbeddingWork:
                 embedder = self._embedder or self._open()
                 start = time.perf_counter()
                 tokens = self.queue.step(
-                    embedder.embed, max_tokens=budget, max_texts=embedder.n_seq_max
+                    partial(self._run, embedder), max_tokens=budget, max_texts=embedder.n_seq_max
                 )
                 self._share.embedded(time.perf_counter() - start, tokens)
         if not (chatting and self.queue):

@@ -49,6 +49,7 @@ class EmbeddingContext(NativeContext):
         n_seq_max: int,
         n_threads: int,
         tuning: EngineConfig | None = None,
+        interruptible: bool = False,
     ) -> None:
         # Short texts fill a decode only with many sequences. llama.cpp tracks at most 256 and
         # sizes its worst-case graph as n_seq_max equal shares of the micro-batch, so the
@@ -59,7 +60,13 @@ class EmbeddingContext(NativeContext):
         self._pooling = pooling
         # Pooling needs a whole sequence inside one micro-batch, so both batch sizes are n_ctx.
         super().__init__(
-            model, tuning, n_ctx=n_ctx, n_batch=n_ctx, n_seq_max=n_seq_max, n_threads=n_threads
+            model,
+            tuning,
+            n_ctx=n_ctx,
+            n_batch=n_ctx,
+            n_seq_max=n_seq_max,
+            n_threads=n_threads,
+            interruptible=interruptible,
         )
         self.n_ctx = n_ctx
         self.n_embd = model.n_embd
@@ -75,7 +82,8 @@ class EmbeddingContext(NativeContext):
         return {"embeddings": True, "pooling_type": self._pooling, "kv_unified": True}
 
     def embed(self, token_lists: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
-        """One decode over all texts; each must be non-empty and together fit ``n_ctx``."""
+        """One decode over all texts; each must be non-empty and together fit ``n_ctx``.
+        Raises ``DecodeInterrupted`` where ``interrupt`` stopped it (embed them again)."""
         assert 0 < len(token_lists) <= self.n_seq_max
         batch = self._batch
         n = 0
@@ -96,6 +104,7 @@ class EmbeddingContext(NativeContext):
             llama_cpp.llama_memory_clear(self._memory, False)
         code = int(llama_cpp.llama_decode(self._ctx, batch))
         if code != 0:
+            self._raise_if_interrupted(code)
             raise EngineError(f"llama_decode (embeddings) failed with code {code}")
         vectors: list[npt.NDArray[np.float32]] = []
         for seq_id in range(len(token_lists)):

@@ -18,12 +18,17 @@ from typing import Any
 
 import llama_cpp
 
-__all__ = ["ABORTED", "DecodeInterrupt"]
+__all__ = ["ABORTED", "DecodeInterrupt", "DecodeInterrupted"]
 
 ABORTED = 2
 """What ``llama_decode`` returns when its abort callback stopped it."""
 
 _STOP = b"\x01"
+
+
+class DecodeInterrupted(Exception):
+    """A decode stopped by its context's ``interrupt``; the cache is as before it. The worker
+    that asked for it catches it: it never reaches a caller."""
 
 
 def _strlen() -> Any:

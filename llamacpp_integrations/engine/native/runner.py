@@ -19,7 +19,7 @@ from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry
 from ..config import EngineConfig
 from ..lora import LoraKey, lora_key
-from .interrupt import ABORTED, DecodeInterrupt
+from .interrupt import ABORTED, DecodeInterrupt, DecodeInterrupted
 from .tuning import cpu_advertises_amx, tune_context
 from .weights import LoadedModel
 
@@ -53,7 +53,8 @@ class NativeContext:
     The context takes llama.cpp's defaults, ``tuning``'s RoPE settings (and cache types, where
     ``cache_types``) and LoRA adapters, ``n_ctx`` cells, batches and micro-batches of
     ``n_batch`` tokens, ``n_threads`` for both kinds of decode, then what its kind sets
-    (``_settings``); no performance counters.
+    (``_settings``); no performance counters. An ``interruptible`` one's decodes can be stopped
+    from another thread (``interrupt``).
 
     Raises:
         ModelLoadError: llama.cpp could not create it, or refused the adapters.
@@ -73,6 +74,7 @@ class NativeContext:
         n_batch: int,
         n_seq_max: int,
         n_threads: int,
+        interruptible: bool = False,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         tune_context(params, tuning, kv_types=self.cache_types)
@@ -102,6 +104,10 @@ class NativeContext:
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._interrupt: DecodeInterrupt | None = None
+        if interruptible:
+            self._interrupt = DecodeInterrupt()
+            self._interrupt.attach(ctx)
 
     def _settings(self) -> dict[str, Any]:
         """The fields of ``llama_context_params`` this kind of context sets itself."""
@@ -121,6 +127,24 @@ class NativeContext:
             llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
             self.n_threads = n_threads
 
+    def interrupt(self) -> None:
+        """Stop the decode under way, or the next one: it raises ``DecodeInterrupted``. Safe
+        from any thread; nothing happens on a context made without ``interruptible``."""
+        if self._interrupt is not None:
+            self._interrupt.request()
+
+    def clear_interrupt(self) -> None:
+        """Take down a request of ``interrupt`` that came after the decode it was meant for."""
+        if self._interrupt is not None:
+            self._interrupt.clear()
+
+    def _raise_if_interrupted(self, code: int) -> None:
+        """After a ``llama_decode`` that returned ``code``: raise ``DecodeInterrupted`` where
+        ``interrupt`` stopped it (llama.cpp removed the batch's positions from the cache)."""
+        if code == ABORTED and self._interrupt is not None:
+            self._interrupt.clear()
+            raise DecodeInterrupted
+
     @property
     def handle(self) -> int:
         """The raw ``llama_context *``."""
@@ -136,8 +160,6 @@ class NativeContext:
 class DecodeStatus:
     OK = 0
     NO_KV_SLOT = 1
-    INTERRUPTED = ABORTED
-    """Stopped by ``GenerationContext.interrupt``: the cache is as before, decode it again."""
 
 
 class GenerationContext(NativeContext):
@@ -165,7 +187,13 @@ class GenerationContext(NativeContext):
         self.kv_unified = kv_unified
         self._flash_attention = flash_attention
         super().__init__(
-            model, tuning, n_ctx=n_cells, n_batch=n_batch, n_seq_max=n_seq_max, n_threads=n_threads
+            model,
+            tuning,
+            n_ctx=n_cells,
+            n_batch=n_batch,
+            n_seq_max=n_seq_max,
+            n_threads=n_threads,
+            interruptible=interruptible,
         )
         self._n_vocab = model.n_vocab
         batch = self._batch  # its arrays looked up once: each attribute read makes a pointer
@@ -176,21 +204,6 @@ class GenerationContext(NativeContext):
         # tens of microseconds right after a decode (its caches are cold), a lookup does not.
         self._tables: dict[tuple[int, int], npt.NDArray[np.float32]] = {}
         self._outputs: list[int] = []  # the last decode's batch indices that have logits
-        self._interrupt: DecodeInterrupt | None = None
-        if interruptible:
-            self._interrupt = DecodeInterrupt()
-            self._interrupt.attach(self._ctx)
-
-    def interrupt(self) -> None:
-        """Stop the decode under way, or the next one: it returns ``DecodeStatus.INTERRUPTED``.
-        Safe from any thread; nothing happens on a context made without ``interruptible``."""
-        if self._interrupt is not None:
-            self._interrupt.request()
-
-    def clear_interrupt(self) -> None:
-        """Take down a request of ``interrupt`` that came after the decode it was meant for."""
-        if self._interrupt is not None:
-            self._interrupt.clear()
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -201,8 +214,9 @@ class GenerationContext(NativeContext):
     def decode(self, entries: Sequence[BatchEntry]) -> int:
         """Run one ``llama_decode`` over every entry; sets each ``logits_index``.
 
-        Returns ``DecodeStatus.OK``, or ``NO_KV_SLOT`` or ``INTERRUPTED`` (the cache is then as
-        it was); any other code raises ``EngineError``.
+        Returns ``DecodeStatus.OK`` or ``DecodeStatus.NO_KV_SLOT`` (the cache is then unchanged);
+        raises ``DecodeInterrupted`` where ``interrupt`` stopped it, ``EngineError`` on any
+        other code.
         """
         total = sum(len(entry.tokens) for entry in entries)
         if total > self.n_batch:  # checked first: the batch's arrays hold n_batch tokens
@@ -234,9 +248,7 @@ class GenerationContext(NativeContext):
         code = self._run(self._batch)
         if code in (DecodeStatus.OK, DecodeStatus.NO_KV_SLOT):
             return code
-        if code == DecodeStatus.INTERRUPTED and self._interrupt is not None:
-            self._interrupt.clear()
-            return code
+        self._raise_if_interrupted(code)
         raise EngineError(f"llama_decode failed with code {code}")
 
     def _run(self, batch: Any) -> int:

@@ -147,13 +147,6 @@ class SequenceCells:
         """Whether the generation context exists yet."""
         return self._context is not None
 
-    def interrupt(self) -> None:
-        """Stop the decode under way on the generation context (any thread; made with
-        ``interruptible``); nothing where there is no context."""
-        context = self._context
-        if context is not None:
-            context.interrupt()
-
     @property
     def context(self) -> GenerationContext:
         """The generation context, made on first use.

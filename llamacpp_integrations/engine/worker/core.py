@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import TypeVar
 
 from ...errors import (
     EngineClosedError,
@@ -33,9 +34,10 @@ from ...errors import (
 from ..batch import BatchEntry
 from ..channel import EventChannel
 from ..config import EngineConfig
-from ..embedding.work import EmbeddingWork
+from ..embedding.work import Embedder, EmbeddingWork, Vectors
 from ..native.embedder import EmbeddingContext
-from ..native.runner import DecodeStatus, GenerationContext
+from ..native.interrupt import DecodeInterrupted
+from ..native.runner import DecodeStatus, GenerationContext, NativeContext
 from ..native.vision import VisionProjector
 from ..native.weights import LoadedModel
 from ..results import FinishReason, StreamChunk
@@ -55,6 +57,8 @@ from .stats import StatsBoard, snapshot
 from .thread_governor import ThreadGovernor
 
 __all__ = ["EngineCore"]
+
+R = TypeVar("R")
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
@@ -106,12 +110,14 @@ class EngineCore:
             n_seq_max=config.embedding_n_seq_max,
             n_threads=self.threads,
             tuning=config,
+            interruptible=watched,
         )
         self.embeds = EmbeddingWork(
             embedder,
             n_ctx=config.embedding_n_ctx,
             n_batch=config.n_batch,
             on_cpu=model.n_gpu_layers == 0,
+            run=self._embed,
         )
         self.closing = False
         self.steps = 0
@@ -131,7 +137,7 @@ class EngineCore:
             publish=self.publish,
         )
         if watched:
-            self.watch = StallWatch(self._interrupt_decode)
+            self.watch = StallWatch()
 
     @property
     def busy(self) -> bool:
@@ -170,7 +176,7 @@ class EngineCore:
             self._taken.popleft()
         self._expire(now)
         self._end_orphans()
-        if batch.requests or batch.cancels or batch.calls:
+        if batch.requests or batch.cancels or batch.calls or batch.embeds:
             self.publish()
         self.hand_over()  # what a cancel or a timeout ended
 
@@ -199,6 +205,8 @@ class EngineCore:
         changed = governor.tick(time.monotonic(), stepped)
         if changed is not None or governor.threads != governor.target:
             self._apply_threads(governor.threads)
+        if changed is not None:
+            self.publish()
 
     def _apply_threads(self, threads: int) -> None:
         embedder = self.embeds.embedder
@@ -212,30 +220,33 @@ class EngineCore:
             if context is not None:
                 context.set_threads(threads)
 
-    def _interrupt_decode(self) -> None:
-        """The stall watch's call, on its thread: stop the decode under way."""
-        self.cells.interrupt()
+    def _embed(self, embedder: Embedder, token_lists: list[Sequence[int]]) -> Vectors:
+        """One embedding decode (``EmbeddingWork``'s ``run``), under the stall watch."""
+        if isinstance(embedder, EmbeddingContext):
+            return self._watched(embedder, partial(embedder.embed, token_lists))
+        return embedder.embed(token_lists)
 
-    def _decode(self, entries: list[BatchEntry]) -> int:
-        """``context.decode``, under the stall watch where there is one: a decode it stopped
-        for lost cores is decoded again on the fewer threads the governor drops to (llama.cpp
-        left the cache as before it)."""
-        watch, governor, context = self.watch, self.governor, self.context
+    def _watched(self, context: NativeContext, decode: Callable[[], R]) -> R:
+        """``decode()`` on ``context``, under the stall watch where there is one: a decode it
+        stopped for lost cores runs again on the fewer threads the governor drops to
+        (llama.cpp left the cache as before it)."""
+        watch, governor = self.watch, self.governor
         if watch is None or governor is None:
-            return context.decode(entries)
+            return decode()
         while True:
-            watch.decoding(context.n_threads)
+            watch.decoding(context.n_threads, context.interrupt)
             try:
-                status = context.decode(entries)
+                return decode()
+            except DecodeInterrupted:
+                pass
             finally:
                 if watch.decoded():
                     context.clear_interrupt()  # a request that came as the decode ended
-            if status != DecodeStatus.INTERRUPTED:
-                return status
             got, threads = watch.got_cores, context.n_threads
             if got is None or governor.cut(time.monotonic(), got) is None:
-                return context.decode(entries)  # no fewer threads to go to: unwatched
+                return decode()  # no fewer threads to go to: unwatched
             self._apply_threads(governor.threads)
+            self.publish()
             log.info(
                 "stopped a decode on %d threads that had about %.1f cores; decoding it again on %d",
                 threads,
@@ -367,7 +378,9 @@ class EngineCore:
         def decode() -> int:
             if group:  # the scheduler groups rows by the adapters they are decoded with
                 self.context.use_lora(plan.entries[group[0]][0].lora)
-            return self._decode([plan.entries[index][1] for index in group])
+            context = self.context
+            entries = [plan.entries[index][1] for index in group]
+            return self._watched(context, partial(context.decode, entries))
 
         self.hand_over()
         try:

@@ -36,12 +36,13 @@ WATCH_S = 0.25
 A decode step is milliseconds; one that reads a long prompt on a slow machine can be seconds,
 and the reading only stops it when its threads did lose their cores."""
 
-_Decode = tuple[int, int, float]  # the decode under way: serial number, threads, start
+# The decode under way: its serial number, threads, start, and how to stop it.
+_Decode = tuple[int, int, float, Callable[[], None]]
 
 
 class StallWatch:
-    """Watches the worker's decodes from a thread of its own; ``interrupt`` stops the one under
-    way (``GenerationContext.interrupt``, any thread).
+    """Watches the worker's decodes from a thread of its own, and stops one that lost its
+    cores with the ``stop`` it came with (its context's ``interrupt``).
 
     ``look`` is one look, called by the thread every ``WATCH_S`` (and by tests directly, with
     their own clock and accounting).
@@ -52,7 +53,6 @@ class StallWatch:
 
     def __init__(
         self,
-        interrupt: Callable[[], None],
         *,
         read_sched: Callable[[], Mapping[int, SchedTimes] | None] = read_threads_schedstat,
         clock: Callable[[], float] = time.monotonic,
@@ -60,7 +60,6 @@ class StallWatch:
     ) -> None:
         self.got_cores: float | None = None
         self._clock = clock
-        self._interrupt = interrupt
         self._read_sched = read_sched
         self._lock = threading.Lock()
         self._decode: _Decode | None = None  # set by the worker, read by the watch
@@ -79,10 +78,10 @@ class StallWatch:
 
     # ---- the worker's calls -----------------------------------------------------------------
 
-    def decoding(self, threads: int) -> None:
-        """A decode on ``threads`` begins."""
+    def decoding(self, threads: int, stop: Callable[[], None]) -> None:
+        """A decode on ``threads`` begins; ``stop`` (safe from any thread) would stop it."""
         self._serial += 1
-        self._decode = (self._serial, threads, self._clock())
+        self._decode = (self._serial, threads, self._clock(), stop)
         if not self._wake.is_set():
             self._wake.set()
 
@@ -123,7 +122,7 @@ class StallWatch:
         if decode is None:
             self._seen = None
             return False
-        serial, threads, started = decode
+        serial, threads, started, stop = decode
         if threads <= 1 or now - started < WATCH_S / 2:
             return True
         after = self._read_sched()
@@ -140,5 +139,5 @@ class StallWatch:
             if self._decode == decode:  # still under way: nothing else is decoding now
                 self.got_cores = got
                 self._asked = True
-                self._interrupt()
+                stop()
         return True
