@@ -27,6 +27,7 @@ __all__ = [
     "Embedder",
     "EmbeddingWork",
     "TimeShare",
+    "Vectors",
     "embed_budget",
 ]
 

@@ -54,9 +54,5 @@ class DecodeInterrupt:
         """Stop the decode under way (between two nodes of its graph); safe from any thread."""
         self._flag.value = _STOP
 
-    @property
-    def requested(self) -> bool:
-        return self._flag.value == _STOP
-
     def clear(self) -> None:
         self._flag.value = b""
