@@ -174,8 +174,9 @@ bench-cpu-limit: models
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --json $(RESULTS)/cpu_limit.json
 	$(BIN)/python benchmarks/cpu_limit.py --rounds 5 --neighbours 1 --json $(RESULTS)/cpu_limit_busy.json
 
-# One stream while a busy program comes and goes on the same cores: the engine's own thread
-# count (n_threads=None) against a fixed one and llama-server (Linux; about 10 minutes).
+# One stream while a busy program comes and goes on the same cores, then an embedding job beside
+# it: the engine's own thread count (n_threads=None) against a fixed one and llama-server (the
+# stream only) (Linux; about 10 minutes).
 bench-busy-cpu: models $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/busy_cpu.py --rounds 3 --server $(LLAMA_SERVER) --json $(RESULTS)/busy_cpu.json
 

@@ -21,12 +21,17 @@ Sides: ``fixed`` (``n_threads`` = the engine's default count, written out: it ne
 cores are busy and brings them back once they are idle), and with ``--server``, llama.cpp's
 ``llama-server`` on the same count (one slot, streamed over loopback, ``ignore_eos``).
 
+Ours (``fixed``, ``default``) then also embed ``EMBED_TEXTS`` texts with a fresh engine of the
+same side, quiet and then beside the neighbours, as an indexing job would on a busy machine
+(llama-server is not asked: it serves embeddings only when started for them).
+
 Reported per side and phase, medians over ``--rounds`` (sides alternate their order each
 round): decode tokens/s after the first token and tokens/s over the whole request, its first
 token's wait included (a request still running after ``--phase-seconds`` ends there), and the
 threads the engine decoded on at the phase's end; for
 ``default``, how long after the neighbours started the count dropped, and after they stopped,
-rose. Linux only (elsewhere the count never moves). Nothing is asserted.
+rose; the seconds each embedding took. Linux only (elsewhere the count never moves). Nothing is
+asserted.
 
     python benchmarks/busy_cpu.py --json benchmarks/results/busy_cpu.json
 """
@@ -41,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,10 @@ from server_chat import stream_chat
 SIDES = ("fixed", "default", "llama_server")
 PHASES = ("quiet", "busy", "quiet_again")
 STORY = "Write a long story about a lighthouse."
+EMBED_TEXTS = [
+    f"Lighthouse number {i} stands on a rock by the sea, and its keeper writes. " * 4
+    for i in range(16)
+]
 
 
 def _rates(start: float, arrivals: list[tuple[float, int]]) -> dict[str, float]:
@@ -147,7 +157,43 @@ async def _phases(side: str, tokens: int, neighbours: int, cap_s: float) -> dict
         out["quiet_again"] = await stream(2 * tokens)
     finally:
         await asyncio.to_thread(engine.close)
+    out["embed"] = await asyncio.to_thread(_embed_phases, config, neighbours, 10 * cap_s)
     return out
+
+
+def _embed_phases(config: Any, neighbours: int, cap_s: float) -> dict[str, Any]:
+    """Seconds to embed ``EMBED_TEXTS``, quiet and beside the neighbours, by a fresh engine
+    (its count not yet dropped by a chat); ``None`` past ``cap_s``."""
+    from llamacpp_integrations.engine import Engine
+    from llamacpp_integrations.errors import RequestTimeoutError
+
+    engine = Engine(config)
+
+    def seconds() -> float | None:
+        start = time.perf_counter()
+        try:
+            engine.embed(EMBED_TEXTS, timeout=cap_s)
+        except RequestTimeoutError:
+            return None
+        return time.perf_counter() - start
+
+    try:
+        engine.embed(["warm-up"])
+        out: dict[str, Any] = {"quiet_s": seconds()}
+        with busy_neighbours(neighbours, own_session=True):
+            out["busy_s"] = seconds()
+        out["threads_at_end"] = engine.stats().decode_threads
+    finally:
+        engine.close()
+    return out
+
+
+def _median_or_none(values: Iterable[float | None]) -> float | None:
+    """The median; ``None`` where any value is (a side past its cap)."""
+    listed = list(values)
+    if any(value is None for value in listed):
+        return None
+    return statistics.median(v for v in listed if v is not None)
 
 
 def run_side(
@@ -251,6 +297,14 @@ def main() -> None:
         for phase, ratio in over_server.items():
             print(f"  {phase}: {ratio:.2f}x")
     print(f"default's count changed after (s, median): {reaction}")
+    embed = {
+        side: {
+            figure: _median_or_none(run["embed"][figure] for run in runs[side])
+            for figure in ("quiet_s", "busy_s", "threads_at_end")
+        }
+        for side in ("fixed", "default")
+    }
+    print(f"embedding {len(EMBED_TEXTS)} texts, seconds (median): {embed}")
     settings = {
         "cpus": len(os.sched_getaffinity(0)),
         "threads": runs["fixed"][0]["target"],
@@ -260,6 +314,9 @@ def main() -> None:
         "rounds": args.rounds,
         "phase_seconds": f"a phase's request ends after {args.phase_seconds:g} s at most",
         "request": "Engine.astream, greedy, ignore_eos, after a 4-token warm-up",
+        "embedding": f"Engine.embed of {len(EMBED_TEXTS)} texts of about 70 tokens, by a fresh "
+        "engine of the side after its chat phases, quiet then beside the neighbours; None: "
+        f"past {10 * args.phase_seconds:g} s",
         "sides": {
             "fixed": "n_threads = the default's count, written out",
             "default": "None",
@@ -279,6 +336,7 @@ def main() -> None:
         default_over_fixed=ratios,
         default_over_llama_server=over_server,
         default_changed_after=reaction,
+        embedding=embed,
         runs=runs,
     )
 
