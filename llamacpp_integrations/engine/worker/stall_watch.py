@@ -68,7 +68,7 @@ class StallWatch:
         # The watch's own: the decode it last looked at, when, and the accounting then.
         self._seen: tuple[int, float, Mapping[int, SchedTimes]] | None = None
         self._wake = threading.Event()  # set while the worker decodes
-        self._closed = False
+        self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         if start:
             self._thread = threading.Thread(
@@ -94,7 +94,7 @@ class StallWatch:
         return asked
 
     def close(self) -> None:
-        self._closed = True
+        self._closed.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
@@ -104,14 +104,11 @@ class StallWatch:
     def _run(self) -> None:
         while True:
             self._wake.wait()
-            if self._closed:
-                return
-            time.sleep(WATCH_S)
-            if self._closed:
+            if self._closed.wait(WATCH_S):  # closing: no need to finish the wait
                 return
             if not self.look(self._clock()):
-                # Nothing decoded since the last look: sleep until the worker decodes again
-                # (checked once more after clearing, for a decode that began in between).
+                # No decode under way: sleep until the worker begins one (checked once more
+                # after clearing, for a decode that began in between).
                 self._wake.clear()
                 if self._decode is not None:
                     self._wake.set()
