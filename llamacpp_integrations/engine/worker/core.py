@@ -19,9 +19,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
-from typing import TypeVar
 
 from ...errors import (
     EngineClosedError,
@@ -36,7 +35,6 @@ from ..channel import EventChannel
 from ..config import EngineConfig
 from ..embedding.work import Embedder, EmbeddingWork, Vectors
 from ..native.embedder import EmbeddingContext
-from ..native.interrupt import DecodeInterrupted
 from ..native.runner import DecodeStatus, GenerationContext, NativeContext
 from ..native.vision import VisionProjector
 from ..native.weights import LoadedModel
@@ -45,6 +43,7 @@ from ..sizing import ContextChoice
 from ..speculation.step import SpeculationStep
 from .active import ActiveRequest
 from .cells import SequenceCells
+from .decode_threads import DecodeThreads
 from .inbox import Inbox
 from .keep_room import RoomKeeper
 from .requests import PreparedRequest
@@ -52,13 +51,9 @@ from .room import cells_needed, cells_to, drop_ended
 from .sampling import Sampling, readers_gone
 from .scheduler import Scheduler
 from .sequences import ImageStep, SeqState, StepPlan
-from .stall_watch import StallWatch
 from .stats import StatsBoard, snapshot
-from .thread_governor import ThreadGovernor
 
 __all__ = ["EngineCore"]
-
-R = TypeVar("R")
 
 log = logging.getLogger("llamacpp_integrations.engine")
 
@@ -84,15 +79,17 @@ class EngineCore:
         self.inbox = inbox
         self.board = StatsBoard()
         self.scheduler = Scheduler.of(config, model.turn_ends(), model.line_breaks())
-        self.threads = config.threads  # read once: it reads the machine's files
         # Only a count left to the engine follows the machine's load, and only on the CPU;
-        # deterministic mode keeps every run's settings the same. The stall watch stops a
-        # decode that lost its cores, for the governor to drop the count at once.
-        self.governor: ThreadGovernor | None = None
-        self.watch: StallWatch | None = None  # started last: nothing below may leave it running
-        if config.n_threads is None and not config.deterministic and model.n_gpu_layers == 0:
-            self.governor = ThreadGovernor(self.threads)
-        watched = self.governor is not None and self.governor.enabled
+        # deterministic mode keeps every run's settings the same.
+        self.threads = DecodeThreads(
+            config.threads,  # read once: it reads the machine's files
+            follow_load=config.n_threads is None
+            and not config.deterministic
+            and model.n_gpu_layers == 0,
+            contexts=self._contexts,
+            publish=self.publish,
+        )
+        watched = self.threads.watched
         self.cells = SequenceCells(
             model,
             config,
@@ -108,7 +105,7 @@ class EngineCore:
             pooling=embedding_pooling,
             n_ctx=config.embedding_n_ctx,
             n_seq_max=config.embedding_n_seq_max,
-            n_threads=self.threads,
+            n_threads=self.threads.target,
             tuning=config,
             interruptible=watched,
         )
@@ -136,8 +133,7 @@ class EngineCore:
             forget=self._forget_drafts,
             publish=self.publish,
         )
-        if watched:
-            self.watch = StallWatch()
+        self.threads.start()  # last: nothing above may leave the watch's thread running
 
     @property
     def busy(self) -> bool:
@@ -194,65 +190,23 @@ class EngineCore:
         if self.embeds or not self.scheduler.running:
             self.hand_over()  # no chat decode comes next: the step's events go now
         self.embeds.step(chatting=chatting)
-        self._govern_threads(time.perf_counter() - start)
+        self.threads.stepped(time.perf_counter() - start)
 
-    def _govern_threads(self, stepped: float) -> None:
-        """Let the governor weigh the last window's CPU waits and put its count on every
-        context made so far (a context made since a drop starts with the full count)."""
-        governor = self.governor
-        if governor is None:
-            return
-        changed = governor.tick(time.monotonic(), stepped)
-        if changed is not None or governor.threads != governor.target:
-            self._apply_threads(governor.threads)
-        if changed is not None:
-            self.publish()
-
-    def _apply_threads(self, threads: int) -> None:
-        embedder = self.embeds.embedder
+    def _contexts(self) -> Iterator[NativeContext]:
+        """Every context made so far that decodes run on (``DecodeThreads`` sets their count)."""
+        if self.cells.made:
+            yield self.cells.context
+        if isinstance(self.embeds.embedder, EmbeddingContext):
+            yield self.embeds.embedder
         draft = None if self.speculation is None else self.speculation.draft_model
-        contexts = (
-            self.cells.context if self.cells.made else None,
-            embedder if isinstance(embedder, EmbeddingContext) else None,
-            None if draft is None else draft.made_context,
-        )
-        for context in contexts:
-            if context is not None:
-                context.set_threads(threads)
+        if draft is not None and draft.made_context is not None:
+            yield draft.made_context
 
     def _embed(self, embedder: Embedder, token_lists: list[Sequence[int]]) -> Vectors:
         """One embedding decode (``EmbeddingWork``'s ``run``), under the stall watch."""
         if isinstance(embedder, EmbeddingContext):
-            return self._watched(embedder, partial(embedder.embed, token_lists))
+            return self.threads.run(embedder, partial(embedder.embed, token_lists))
         return embedder.embed(token_lists)
-
-    def _watched(self, context: NativeContext, decode: Callable[[], R]) -> R:
-        """``decode()`` on ``context``, under the stall watch where there is one: a decode it
-        stopped for lost cores runs again on the fewer threads the governor drops to
-        (llama.cpp left the cache as before it)."""
-        watch, governor = self.watch, self.governor
-        if watch is None or governor is None:
-            return decode()
-        while True:
-            watch.decoding(context.n_threads, context.interrupt)
-            try:
-                return decode()
-            except DecodeInterrupted:
-                pass
-            finally:
-                if watch.decoded():
-                    context.clear_interrupt()  # a request that came as the decode ended
-            got, threads = watch.got_cores, context.n_threads
-            if got is None or governor.cut(time.monotonic(), got) is None:
-                return decode()  # no fewer threads to go to: unwatched
-            self._apply_threads(governor.threads)
-            self.publish()
-            log.info(
-                "stopped a decode on %d threads that had about %.1f cores; decoding it again on %d",
-                threads,
-                got,
-                governor.threads,
-            )
 
     def hand_over(self) -> None:
         """Hand the events gathered since the last hand-over to their callers (``Outbox``).
@@ -299,7 +253,7 @@ class EngineCore:
             self.speculation,
             running=len(self.active),
             steps=self.steps,
-            threads=self.threads if self.governor is None else self.governor.threads,
+            threads=self.threads.count,
         )
 
     def drop_idle_caches(self) -> None:
@@ -380,7 +334,7 @@ class EngineCore:
                 self.context.use_lora(plan.entries[group[0]][0].lora)
             context = self.context
             entries = [plan.entries[index][1] for index in group]
-            return self._watched(context, partial(context.decode, entries))
+            return self.threads.run(context, partial(context.decode, entries))
 
         self.hand_over()
         try:
@@ -521,7 +475,6 @@ class EngineCore:
             self.sampling.outbox.close()
         self.embeds.close(lambda: EngineClosedError(reason))
         self.cells.close()
-        if self.watch is not None:
-            self.watch.close()
+        self.threads.close()
         if self.speculation is not None:
             self.speculation.close()
