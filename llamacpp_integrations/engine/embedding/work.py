@@ -75,8 +75,8 @@ def _embed(embedder: Embedder, token_lists: list[Sequence[int]]) -> Vectors:
 class EmbeddingWork:
     """The embedding jobs of one engine and the decodes that serve them, on the worker thread.
 
-    ``run`` runs one decode of ``token_lists`` on the embedder (the engine core's watches it
-    for lost cores: ``worker/stall_watch.py``)."""
+    ``run`` runs one decode of ``token_lists`` on the embedder (the engine core's runs it
+    under the stall watch: ``worker/decode_threads.py``)."""
 
     def __init__(
         self,

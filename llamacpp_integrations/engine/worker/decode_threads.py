@@ -30,9 +30,9 @@ R = TypeVar("R")
 class DecodeThreads:
     """The count of one engine's decodes, on its worker thread.
 
-    ``contexts`` gives the contexts made so far; ``publish``
-    puts fresh stats out when the count changed. ``start`` starts the watch (last, when the
-    engine is built: nothing may leave its thread running).
+    ``contexts`` gives the contexts made so far; ``publish`` puts fresh stats out when the
+    count changed. ``start`` starts the watch (last, when the engine is built: nothing may
+    leave its thread running).
 
     Attributes:
         watched: Whether decodes are watched, so contexts must be made ``interruptible``.
