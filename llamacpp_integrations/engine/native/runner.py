@@ -8,7 +8,7 @@ touched by the engine's worker thread only.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import llama_cpp
@@ -23,7 +23,14 @@ from .interrupt import ABORTED, DecodeInterrupt, DecodeInterrupted
 from .tuning import cpu_advertises_amx, tune_context
 from .weights import LoadedModel
 
-__all__ = ["DecodeStatus", "GenerationContext", "NativeContext", "cpu_advertises_amx"]
+__all__ = [
+    "DecodeRun",
+    "DecodeStatus",
+    "GenerationContext",
+    "NativeContext",
+    "cpu_advertises_amx",
+    "decode_alone",
+]
 
 _FLASH_ATTENTION = {
     None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,  # llama.cpp decides
@@ -155,6 +162,16 @@ class NativeContext:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+
+
+DecodeRun = Callable[[NativeContext, Callable[[], int]], int]
+"""How a decode on a context is run: ``decode_alone``, or under the worker's stall watch
+(``DecodeThreads.run``), which may stop it and run it again on fewer threads."""
+
+
+def decode_alone(context: NativeContext, decode: Callable[[], int]) -> int:
+    """Run ``decode()`` as it is (a ``DecodeRun`` with no watch)."""
+    return decode()
 
 
 class DecodeStatus:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
 from ...errors import EngineError, ModelLoadError
 from ..batch import BatchEntry, common_prefix
 from ..config import EngineConfig
-from ..native.runner import DecodeStatus, GenerationContext
+from ..native.runner import DecodeRun, DecodeStatus, GenerationContext, decode_alone
 from ..native.weights import LoadedModel
 from ..sizing import ContextChoice
 from .drafts import DraftWant
@@ -73,18 +74,31 @@ class DraftModel:
         target: The target model (its vocabulary is checked against the draft's).
         config: The engine's configuration (threads, batch size, sequences).
         kv: The KV cache's layout and size, as the target's.
+        run: How each of its decodes is run: under the worker's stall watch, which stops a
+            decode whose threads lost their cores and runs it again on fewer
+            (``worker/decode_threads.py``); its context is then made ``interruptible``.
+        interruptible: Whether ``run`` may stop a decode (the context takes the request).
 
     Raises:
         ModelLoadError: the draft's vocabulary is not the target's.
     """
 
     def __init__(
-        self, weights: LoadedModel, target: LoadedModel, config: EngineConfig, *, kv: ContextChoice
+        self,
+        weights: LoadedModel,
+        target: LoadedModel,
+        config: EngineConfig,
+        *,
+        kv: ContextChoice,
+        run: DecodeRun = decode_alone,
+        interruptible: bool = False,
     ) -> None:
         check_same_vocab(target, weights)
         self.model = weights  # the host's: shared with other engines, freed by the host
         self._config = config
         self._kv = kv
+        self._run = run
+        self._interruptible = interruptible
         self._context: GenerationContext | None = None
         self._held: dict[int, list[int]] = {}  # sequence id -> tokens its cells hold
 
@@ -103,6 +117,7 @@ class DraftModel:
                 n_threads=config.threads,
                 flash_attention=config.flash_attention_for(self.model.n_gpu_layers),
                 kv_unified=self._kv.unified,
+                interruptible=self._interruptible,
             )
         return self._context
 
@@ -217,12 +232,12 @@ class DraftModel:
         even after dropping the sequences not drafting now (the wanted ones are then dropped
         too)."""
         entries.sort(key=lambda entry: entry.seq_id)  # one micro-batch per run of ids
-        status = context.decode(entries)
+        status = self._run(context, partial(context.decode, entries))
         if status == DecodeStatus.NO_KV_SLOT:
             drafting = {want.seq_id for want in wants}
             for seq_id in [s for s in self._held if s not in drafting]:
                 self.forget(seq_id)
-            status = context.decode(entries)
+            status = self._run(context, partial(context.decode, entries))
         if status == DecodeStatus.NO_KV_SLOT:
             log.warning("draft model: no room in its KV cache; not drafting this step")
             for want in wants:

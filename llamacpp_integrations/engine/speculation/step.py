@@ -25,6 +25,7 @@ from ..sizing import ContextChoice
 from .drafts import DraftWant, SeqSpeculation, SpecStats
 
 if TYPE_CHECKING:
+    from ..native.runner import DecodeRun
     from ..native.weights import LoadedModel
     from .draft_model import DraftModel
 
@@ -74,16 +75,24 @@ class SpeculationStep:
         draft_weights: LoadedModel | None,
         *,
         kv: ContextChoice,
+        run: DecodeRun | None = None,
     ) -> SpeculationStep:
         """The speculation of an engine on ``target``, with a draft model on
-        ``draft_weights`` (its context made here, on the worker) in ``"draft"`` mode."""
+        ``draft_weights`` (its context made here, on the worker) in ``"draft"`` mode, whose
+        decodes ``run`` runs where given (under the stall watch: its context is then made
+        interruptible)."""
         draft = None
         if config.speculative == "draft":
             # Imported here: the rest of this module is pure and unit-tested without llama.cpp.
             from .draft_model import DraftModel
 
             assert draft_weights is not None
-            draft = DraftModel(draft_weights, target, config, kv=kv)
+            if run is None:
+                draft = DraftModel(draft_weights, target, config, kv=kv)
+            else:
+                draft = DraftModel(
+                    draft_weights, target, config, kv=kv, run=run, interruptible=True
+                )
         return cls(config, draft_model=draft)
 
     def start(

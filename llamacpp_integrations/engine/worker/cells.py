@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Hashable, Mapping, Sequence
+from functools import partial
 
 from ...errors import EngineError, LlamaCppIntegrationError
 from ..batch import PrefillLayout
 from ..config import EngineConfig
-from ..native.runner import DecodeStatus, GenerationContext
+from ..native.runner import DecodeRun, DecodeStatus, GenerationContext, decode_alone
 from ..native.weights import LoadedModel
 from ..prefix_index import PrefixIndex
 from ..prompt_cache.save_restore import SavedPrompts
@@ -245,10 +246,11 @@ class SequenceCells:
         if read:
             self.disk.save(self.context, read)
 
-    def realign(self, step: RealignStep) -> bool:
+    def realign(self, step: RealignStep, *, run: DecodeRun = decode_alone) -> bool:
         """Read a block of a finished answer again into its slot (``Scheduler.realign``);
         whether it got in. If not, the slot's cells are dropped and ``realigning`` turns off
-        (not retried on every idle step: a follow-up reads the answer instead)."""
+        (not retried on every idle step: a follow-up reads the answer instead). ``run`` runs
+        the decode (the worker's under its stall watch)."""
         context = self.context
         seq_id, start = step.slot.seq_id, step.entry.start_pos
         try:
@@ -258,7 +260,8 @@ class SequenceCells:
                     context.share_prefix(step.copy_from.seq_id, seq_id, start)
             if step.drop and not context.remove(seq_id, start):
                 raise EngineError("its cells could not be cut")
-            status, reason = context.decode([step.entry]), "no room in the KV cache"
+            status = run(context, partial(context.decode, [step.entry]))
+            reason = "no room in the KV cache"
         except EngineError as error:
             status, reason = DecodeStatus.NO_KV_SLOT, str(error)
         if status != DecodeStatus.OK:

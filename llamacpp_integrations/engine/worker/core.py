@@ -123,7 +123,9 @@ class EngineCore:
         # Last: the draft context (made here, on the worker) is freed by ``shutdown`` only.
         self.speculation: SpeculationStep | None = None
         if config.speculative is not None:
-            self.speculation = SpeculationStep.for_engine(config, model, draft_weights, kv=kv)
+            self.speculation = SpeculationStep.for_engine(
+                config, model, draft_weights, kv=kv, run=self.threads.run if watched else None
+            )
         self.sampling = Sampling(model, self.scheduler, self.speculation, kv.n_ctx_per_seq)
         self.room = RoomKeeper(
             self.cells,
@@ -237,7 +239,7 @@ class EngineCore:
         if step is None:
             return False
         self.context.use_lora(step.slot.lora)  # the adapters its cells were made with
-        if not self.cells.realign(step):
+        if not self.cells.realign(step, run=self.threads.run):
             self.scheduler.abandon(step.slot)
             return False
         self.scheduler.realigned(step)
