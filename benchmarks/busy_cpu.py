@@ -8,7 +8,8 @@ streams greedy SmolLM2 tokens through ``Engine.astream`` in three phases, one re
 
 1. ``quiet``: nothing else runs;
 2. ``busy``: ``--neighbours`` processes spin on this process's CPUs from the request's start;
-3. ``quiet_again``: they were stopped right before it.
+3. ``quiet_again``: they were stopped ``--pause`` seconds before it, the engine idle meanwhile
+   (a request that comes after a build has ended, say; ``--pause 0``: right before it).
 
 Every side and every neighbour runs in a session of its own, as programs started apart do (a
 terminal each, a service each): where Linux groups a session's tasks for the scheduler
@@ -73,7 +74,9 @@ def _rates(start: float, arrivals: list[tuple[float, int]]) -> dict[str, float]:
     }
 
 
-def _server_phases(binary: str, tokens: int, neighbours: int, cap_s: float) -> dict[str, Any]:
+def _server_phases(
+    binary: str, tokens: int, neighbours: int, cap_s: float, pause: float
+) -> dict[str, Any]:
     """The phases against llama-server on the engine's default count, fixed."""
     from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
     from llamacpp_integrations.engine.native.runner import cpu_advertises_amx
@@ -107,13 +110,16 @@ def _server_phases(binary: str, tokens: int, neighbours: int, cap_s: float) -> d
         out = {"target": target, "quiet": stream(tokens)}
         with busy_neighbours(neighbours, own_session=True):
             out["busy"] = stream(2 * tokens)
+        time.sleep(pause)
         out["quiet_again"] = stream(2 * tokens)
     finally:
         server.close()
     return out
 
 
-async def _phases(side: str, tokens: int, neighbours: int, cap_s: float) -> dict[str, Any]:
+async def _phases(
+    side: str, tokens: int, neighbours: int, cap_s: float, pause: float
+) -> dict[str, Any]:
     from llamacpp_integrations.engine import ChatRequest, Engine, EngineConfig, SamplingParams
     from llamacpp_integrations.engine.cpu_budget import read_cpu_budget
 
@@ -154,6 +160,7 @@ async def _phases(side: str, tokens: int, neighbours: int, cap_s: float) -> dict
         out = {"target": target, "quiet": await stream(tokens)}
         with busy_neighbours(neighbours, own_session=True):
             out["busy"] = await stream(2 * tokens)
+        await asyncio.sleep(pause)
         out["quiet_again"] = await stream(2 * tokens)
     finally:
         await asyncio.to_thread(engine.close)
@@ -197,10 +204,10 @@ def _median_or_none(values: Iterable[float | None]) -> float | None:
 
 
 def run_side(
-    side: str, tokens: int, neighbours: int, server: str | None, cap_s: float
+    side: str, tokens: int, neighbours: int, server: str | None, cap_s: float, pause: float
 ) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", side, "--tokens", str(tokens)]
-    command += ["--phase-seconds", str(cap_s)]
+    command += ["--phase-seconds", str(cap_s), "--pause", str(pause)]
     command += ["--neighbours", str(neighbours)] + (["--server", server] if server else [])
     # A session of its own, as llama-server's: the model runs apart from the neighbours.
     done = subprocess.run(
@@ -223,15 +230,23 @@ def main() -> None:
         help="a phase's request ends after this long, its tokens/s from what came (a side that "
         "collapses beside a busy process would otherwise take minutes)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pause", type=float, default=2.0,
+        help="seconds between the neighbours' stop and the quiet_again request",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "llama_server":
-        out = _server_phases(args.server, args.tokens, args.neighbours, args.phase_seconds)
+        out = _server_phases(
+            args.server, args.tokens, args.neighbours, args.phase_seconds, args.pause
+        )
         print(json.dumps(out))
         return
     if args.child:
-        out = asyncio.run(_phases(args.child, args.tokens, args.neighbours, args.phase_seconds))
+        out = asyncio.run(
+            _phases(args.child, args.tokens, args.neighbours, args.phase_seconds, args.pause)
+        )
         print(json.dumps(out))
         return
     if not sys.platform.startswith("linux"):
@@ -242,7 +257,9 @@ def main() -> None:
     for r in range(args.rounds):
         for side in sides if r % 2 == 0 else tuple(reversed(sides)):
             runs[side].append(
-                run_side(side, args.tokens, args.neighbours, args.server, args.phase_seconds)
+                run_side(
+                    side, args.tokens, args.neighbours, args.server, args.phase_seconds, args.pause
+                )
             )
         print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
     phases = {
@@ -309,6 +326,7 @@ def main() -> None:
         "cpus": len(os.sched_getaffinity(0)),
         "threads": runs["fixed"][0]["target"],
         "neighbours": f"{args.neighbours} spinning processes, in the busy phase only",
+        "pause_s": args.pause,
         "model": "smollm2-135m",
         "tokens": {"quiet": args.tokens, "busy": 2 * args.tokens, "quiet_again": 2 * args.tokens},
         "rounds": args.rounds,

@@ -161,6 +161,36 @@ def test_no_rise_before_the_hold_and_a_rise_taken_back_doubles_it() -> None:
     assert machine.now - dropped_at >= 2 * HOLD_S
 
 
+def test_an_idle_engine_rises_at_its_first_step_once_the_neighbour_left() -> None:
+    """A window in which the worker sat idle drops nothing, but tells whether the CPUs it
+    did not use were idle: the request that comes after the neighbour left starts on every
+    thread."""
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.6, waited=0.4)
+    assert machine.tick(governor) == 1
+    for _ in range(int(HOLD_S / WINDOW_S) + 2):  # idle beside the neighbour, past the hold
+        machine.window(ran=0.0, idle_cores=1.0, stepped=0.01)
+        assert machine.tick(governor) is None
+    machine.window(ran=0.0, idle_cores=2.0, stepped=0.01)  # the neighbour is gone
+    assert machine.tick(governor) == 2
+
+
+def test_a_half_idle_window_beside_the_neighbour_does_not_rise() -> None:
+    """Idle half of the window on one thread, beside a neighbour on the other core: half a
+    CPU sat idle, but it was the decode's own."""
+    machine = Machine()
+    governor = machine.governor(2)
+    machine.window(ran=0.6, waited=0.4)
+    assert machine.tick(governor) == 1
+    machine.now += HOLD_S
+    for _ in range(5):
+        machine.window(ran=0.5, idle_cores=0.5, stepped=0.5)
+        assert machine.tick(governor) is None
+    machine.window(ran=0.5, idle_cores=1.5, stepped=0.5)  # the neighbour is gone
+    assert machine.tick(governor) == 2
+
+
 def test_many_cores_lose_only_what_the_neighbour_takes() -> None:
     """8 threads and one busy process on 8 cores: each runnable task gets 8/9 of a core."""
     machine = Machine(cpus=8)

@@ -26,11 +26,15 @@ it; a step beside a busy group can take seconds, so the stall watch (``stall_wat
 the step under way too, stops it when its threads lost their cores, and hands its reading to
 ``cut`` for the worker to decode the step again on fewer.
 
-Going back up is read from ``/proc/stat``: when this process's CPUs sat idle for half a CPU's
-worth of a window or more (beyond those past the target, idle anyway: a core's second
-hyperthread), one more thread per idle CPU, rounded. A rise that the next window
-takes back makes the governor wait twice as long before the next one, so a steady neighbour
-costs one slow window every few minutes at most.
+Going back up is read from ``/proc/stat``: the room for decode threads over a window is what
+this process's CPUs sat idle plus what the decode itself used (its threads, for the share of
+the window the worker stepped), less the CPUs past the target (idle anyway: a core's second
+hyperthread); the count rises to that room, rounded. Unlike a drop, a rise needs no busy window:
+an engine that sat idle while the neighbour left sees the idle CPUs at its next step, so a
+request that comes after a build has ended starts on every thread, not after a window of
+decoding on fewer. A rise that the next window (or the stall watch) takes back makes the
+governor wait twice as long before the next one, so a steady neighbour costs one slow window
+every few minutes at most.
 
 The decision is pure (``ThreadGovernor.tick`` with injected readers); the worker applies the
 count with ``llama_set_n_threads``. It changes how fast a decode runs, not what it computes:
@@ -68,8 +72,8 @@ MAX_HOLD_S = 160.0
 SHORT_BY = 0.5
 """A decode that had this much of a core fewer than its threads, or more, drops threads."""
 BUSY_SHARE = 0.5
-"""A window in which the worker stepped for less of the time than this decides nothing: the
-waits of an idle engine's process are not the decode's."""
+"""A window in which the worker stepped for less of the time than this drops nothing: the
+waits of an idle engine's process are not the decode's. (It may still rise.)"""
 
 
 @dataclass(frozen=True)
@@ -210,13 +214,16 @@ class ThreadGovernor:
         if before is None or self._sched is None:
             self.enabled = False
             return None
-        if stepped < BUSY_SHARE * elapsed:
-            return None  # the worker was mostly idle: the waits were not the decode's
-        got = cores_had(before, self._sched, threads=self.threads, seconds=stepped)
-        if got is None:
-            return None
-        self.got_cores = got
-        return self._decide(now, idle)
+        if stepped >= BUSY_SHARE * elapsed:  # else mostly idle: the waits were not the decode's
+            got = cores_had(before, self._sched, threads=self.threads, seconds=stepped)
+            if got is not None:
+                self.got_cores = got
+                if short_of_cores(got, self.threads):
+                    return self._drop(now)
+                if self._rose_at is not None:  # a busy window after a rise, no drop: it held
+                    self._rose_at = None
+                    self._hold = HOLD_S
+        return self._rise(now, idle, busy=min(1.0, stepped / elapsed))
 
     def cut(self, now: float, got_cores: float) -> int | None:
         """A decode cut short for having had ``got_cores`` (``StallWatch``'s reading, taken
@@ -235,14 +242,9 @@ class ThreadGovernor:
         # Idle CPUs only matter while the count is below the target (a rise is possible).
         self._idle = self._read_idle(self._cpus) if self.threads < self.target else None
 
-    def _decide(self, now: float, idle_before: tuple[int, int] | None) -> int | None:
-        got = self.got_cores
-        assert got is not None
-        if short_of_cores(got, self.threads):
-            return self._drop(now)
-        if self._rose_at is not None:  # a whole window after a rise without a drop: it held
-            self._rose_at = None
-            self._hold = HOLD_S
+    def _rise(self, now: float, idle_before: tuple[int, int] | None, *, busy: float) -> int | None:
+        """The higher count a window leaves room for (``busy``: the share of it the worker
+        stepped), or ``None``."""
         if self.threads >= self.target or now < self._rise_until or idle_before is None:
             return None
         idle_after = self._idle if self._idle is not None else self._read_idle(self._cpus)
@@ -250,13 +252,15 @@ class ThreadGovernor:
             return None
         ticks = idle_after[1] - idle_before[1]
         idle_cpus = len(self._cpus) * (idle_after[0] - idle_before[0]) / ticks if ticks else 0.0
-        # The CPUs past the target sit idle even on a quiet machine (a core's second
-        # hyperthread, a container's CPUs past its limit): only what is idle beyond them is
-        # room for a thread. A neighbour that left mid-window leaves half a CPU.
-        more = int(idle_cpus - (len(self._cpus) - self.target) + 0.5)
-        if more < 1:
+        # The decode's own threads had its cores while it stepped; the CPUs past the target sit
+        # idle even on a quiet machine (a core's second hyperthread, a container's CPUs past
+        # its limit): only what is idle beyond them is room. A neighbour that left mid-window
+        # leaves half a CPU, which rounds up.
+        room = idle_cpus + self.threads * busy - (len(self._cpus) - self.target)
+        threads = min(self.target, int(room + 0.5))
+        if threads <= self.threads:
             return None
-        self.threads = min(self.target, self.threads + more)
+        self.threads = threads
         self._rose_at = now
         log.info(
             "CPUs went idle (%.1f of %d): decoding on %s again",
