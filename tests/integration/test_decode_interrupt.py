@@ -176,7 +176,7 @@ def test_a_draft_model_s_stopped_decodes_draft_again_alike(
     )  # fmt: skip
     stopping = StopEveryDecodeOnce()
     plain = DraftModel(model, model, config, kv=kv)
-    watched = DraftModel(model, model, config, kv=kv, run=stopping, interruptible=True)
+    watched = DraftModel(model, model, config, kv=kv, run=stopping)
     # The target's own weights draft for it; two sequences, the second catching up on a prompt
     # longer than the first, then one decode per drafted position for both together.
     wants = [DraftWant(0, PROMPT[:40], 7, 4), DraftWant(1, PROMPT[:90], 9, 3)]

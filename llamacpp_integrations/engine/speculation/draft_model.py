@@ -74,10 +74,10 @@ class DraftModel:
         target: The target model (its vocabulary is checked against the draft's).
         config: The engine's configuration (threads, batch size, sequences).
         kv: The KV cache's layout and size, as the target's.
-        run: How each of its decodes is run: under the worker's stall watch, which stops a
-            decode whose threads lost their cores and runs it again on fewer
+        run: Where given, how each of its decodes is run: under the worker's stall watch,
+            which stops a decode whose threads lost their cores and runs it again on fewer
             (``worker/decode_threads.py``); its context is then made ``interruptible``.
-        interruptible: Whether ``run`` may stop a decode (the context takes the request).
+            ``None``: each decode runs as it is.
 
     Raises:
         ModelLoadError: the draft's vocabulary is not the target's.
@@ -90,15 +90,14 @@ class DraftModel:
         config: EngineConfig,
         *,
         kv: ContextChoice,
-        run: DecodeRun = decode_alone,
-        interruptible: bool = False,
+        run: DecodeRun | None = None,
     ) -> None:
         check_same_vocab(target, weights)
         self.model = weights  # the host's: shared with other engines, freed by the host
         self._config = config
         self._kv = kv
-        self._run = run
-        self._interruptible = interruptible
+        self._run = decode_alone if run is None else run
+        self._interruptible = run is not None
         self._context: GenerationContext | None = None
         self._held: dict[int, list[int]] = {}  # sequence id -> tokens its cells hold
 

@@ -87,12 +87,7 @@ class SpeculationStep:
             from .draft_model import DraftModel
 
             assert draft_weights is not None
-            if run is None:
-                draft = DraftModel(draft_weights, target, config, kv=kv)
-            else:
-                draft = DraftModel(
-                    draft_weights, target, config, kv=kv, run=run, interruptible=True
-                )
+            draft = DraftModel(draft_weights, target, config, kv=kv, run=run)
         return cls(config, draft_model=draft)
 
     def start(
