@@ -245,10 +245,11 @@ class ThreadGovernor:
     def _rise(self, now: float, idle_before: tuple[int, int] | None, *, busy: float) -> int | None:
         """The higher count a window leaves room for (``busy``: the share of it the worker
         stepped), or ``None``."""
-        if self.threads >= self.target or now < self._rise_until or idle_before is None:
+        # Below the target, ``_begin`` has just read the idle ticks that end this window.
+        idle_after = self._idle
+        if self.threads >= self.target or now < self._rise_until:
             return None
-        idle_after = self._idle if self._idle is not None else self._read_idle(self._cpus)
-        if idle_after is None:
+        if idle_before is None or idle_after is None:
             return None
         ticks = idle_after[1] - idle_before[1]
         idle_cpus = len(self._cpus) * (idle_after[0] - idle_before[0]) / ticks if ticks else 0.0
