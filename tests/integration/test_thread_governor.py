@@ -63,10 +63,14 @@ work = embed if mode == "embed" else lambda: ask(question, 48)
 question = "Name three colours and say why the sky is blue."
 target = read_cpu_budget().threads
 # The answer on every thread, from an engine whose count never moves.
-engine = Engine(EngineConfig(model=sys.argv[1], n_threads=target, realign_when_idle=False))
+# Prompts read in chunks that fill the batch: the note below is one long decode, which the stall
+# watch reads whatever else this machine runs (a step of one token may end before it looks).
+settings = dict(model=sys.argv[1], realign_when_idle=False, prefill_block=0)
+engine = Engine(EngineConfig(n_threads=target, **settings))
 out = {"target": target, "every_thread": work()}
 engine.close()
-engine = Engine(EngineConfig(model=sys.argv[1], realign_when_idle=False))
+engine = Engine(EngineConfig(**settings))
+note = "The keeper wrote down the wind, the rain and the ships he saw. " * 30
 cpus = sorted(os.sched_getaffinity(0))
 spin = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 neighbours = [
@@ -75,7 +79,7 @@ neighbours = [
 ]
 try:
     deadline = time.monotonic() + 60
-    work() if mode == "embed" else ask("Hi", 4)
+    work() if mode == "embed" else ask(note + "Say what he saw.", 4)
     while engine.stats().decode_threads == target and time.monotonic() < deadline:
         work() if mode == "embed" else ask("Tell me a long story about a lighthouse.", 64)
     out["threads_busy"] = engine.stats().decode_threads
